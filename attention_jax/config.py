@@ -1,0 +1,98 @@
+"""One frozen dataclass that describes every model the chapter trains.
+
+A row of an ablation table is a `ModelConfig`, made with `dataclasses.replace(BASE, ...)`;
+no variant needs a class of its own. Every impossible combination is refused at
+construction with one `ConfigError` (a `ValueError`) naming the field and the fix.
+"""
+from __future__ import annotations
+
+import dataclasses
+
+from attention_jax.errors import ConfigError
+
+MIXERS = ("none", "average", "head", "heads")
+POSITIONS = ("none", "learned", "sinusoidal", "rope", "alibi")
+NORMS = ("pre", "post")
+
+
+@dataclasses.dataclass(frozen=True)
+class ModelConfig:
+    vocab_size: int = 1024
+    context: int = 128                 # the training window T
+    max_positions: int | None = None   # rows of the learned position table (default: context)
+    d_model: int = 128
+    n_layers: int = 1
+    # How a position sees its context: nothing, the uniform causal average, one head of
+    # width d_model (no output projection, as the chapter's Head), or n_heads heads + W_o.
+    mixer: str = "heads"
+    n_heads: int = 4
+    d_head: int | None = None          # default d_model // n_heads (d_model for mixer="head")
+    residual: bool = True              # x + mixer(x), or replace x by mixer(x)
+    positions: str = "learned"
+    feed_forward: bool = True
+    ff_mult: int = 4
+    layer_norm: bool = True
+    norm: str = "pre"                  # LayerNorm on each sub-layer's input, or after the add
+    scale: bool = True                 # divide scores by √d_head
+    dropout: float = 0.0               # attention weights, sub-layer outputs, embedding sum
+    tie_embeddings: bool = False       # output layer reuses the token table
+    bias: bool = True                  # biases in W_o, feed-forward, LayerNorm, output layer
+    qkv_bias: bool = False             # the chapter's heads have none; GPT-2's do
+    ln_eps: float = 1e-5
+    rope_base: float = 10000.0
+
+    def __post_init__(self):
+        def need(ok, msg):
+            if not ok:
+                raise ConfigError(f"invalid ModelConfig: {msg}")
+
+        need(self.mixer in MIXERS, f"mixer={self.mixer!r}; choose one of {', '.join(MIXERS)}")
+        need(self.positions in POSITIONS, f"positions={self.positions!r}; choose one of {', '.join(POSITIONS)}")
+        need(self.norm in NORMS, f"norm={self.norm!r}; choose 'pre' or 'post'")
+        for name in ("vocab_size", "context", "d_model", "n_layers", "n_heads", "ff_mult"):
+            need(isinstance(getattr(self, name), int) and getattr(self, name) > 0,
+                 f"{name}={getattr(self, name)!r} must be a positive integer")
+        need(0.0 <= self.dropout < 1.0, f"dropout={self.dropout} must lie in [0, 1)")
+        if self.mixer == "heads" and self.d_head is None:
+            need(self.d_model % self.n_heads == 0,
+                 f"d_model={self.d_model} is not divisible by n_heads={self.n_heads}; "
+                 "pick a multiple or set d_head")
+        need(self.d_head is None or (isinstance(self.d_head, int) and self.d_head > 0),
+             f"d_head={self.d_head!r} must be a positive integer")
+        if self.positions == "rope":
+            need(self.mixer in ("head", "heads"), "positions='rope' rotates queries and keys; it needs mixer 'head' or 'heads'")
+            need(self.head_dim % 2 == 0, f"positions='rope' needs an even d_head, got {self.head_dim}")
+        if self.positions == "alibi":
+            need(self.mixer in ("head", "heads"), "positions='alibi' biases attention scores; it needs mixer 'head' or 'heads'")
+        if self.positions == "learned":
+            need(self.position_rows >= self.context,
+                 f"max_positions={self.max_positions} is smaller than context={self.context}")
+        need(not (self.mixer == "head" and self.d_head not in (None, self.d_model)),
+             "mixer='head' has no output projection, so d_head must equal d_model")
+
+    # Derived sizes, so callers never recompute them differently.
+    @property
+    def num_heads(self) -> int:
+        return {"heads": self.n_heads, "head": 1}.get(self.mixer, 0)
+
+    @property
+    def head_dim(self) -> int:
+        if self.mixer == "head":
+            return self.d_model
+        return self.d_head or self.d_model // self.n_heads
+
+    @property
+    def d_ff(self) -> int:
+        return self.ff_mult * self.d_model
+
+    @property
+    def position_rows(self) -> int:
+        return self.max_positions or self.context
+
+    def to_dict(self) -> dict:
+        return dataclasses.asdict(self)
+
+
+# GPT-2 small, as released: 124,439,808 parameters with the output tied to the token table.
+GPT2_SMALL = ModelConfig(vocab_size=50257, context=1024, d_model=768, n_layers=12, n_heads=12,
+                         mixer="heads", positions="learned", tie_embeddings=True, qkv_bias=True)

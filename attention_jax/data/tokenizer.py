@@ -1,0 +1,137 @@
+"""GPT-2-style byte-level BPE trained on the corpus, with an on-disk cache of the ids.
+
+Training takes seconds and encoding a megabyte takes about as long again; every
+experiment needs the same ids, so both are done once per (corpus, vocab) and kept.
+The cache folder is keyed by the corpus hash, so an edited corpus can never be served
+stale ids, and every write is temp-file + os.replace so a killed run leaves either the
+old file or the new one, never half of one.
+"""
+
+from __future__ import annotations
+
+import os
+import pathlib
+import tempfile
+
+import numpy as np
+import tokenizers
+
+from attention_jax.data.corpus import cache_dir, sha256_file
+from attention_jax.errors import ConfigError, DataError
+
+TOKENIZER_FILE = "tokenizer.json"
+TOKENS_FILE = "tokens.npy"
+MIN_FREQUENCY = 2  # pairs seen once are noise; with this setting the corpus gives 459,792 ids
+
+
+def _folder(corpus: pathlib.Path, vocab_size: int, cache: pathlib.Path | None) -> pathlib.Path:
+    if int(vocab_size) < 257:
+        raise ConfigError(f"BPE vocab_size {vocab_size} is too small; use at least 257 (256 bytes + merges)")
+    # The corpus's own hash (not the expected constant) so small test corpora get their own key.
+    root = pathlib.Path(cache) if cache is not None else cache_dir()
+    try:
+        folder = root / f"bpe-{sha256_file(pathlib.Path(corpus))[:16]}-v{int(vocab_size)}"
+        folder.mkdir(parents=True, exist_ok=True)
+    except OSError as err:
+        reason = " ".join(str(err).split())
+        raise DataError(f"cannot prepare the token cache for {corpus} ({reason}); "
+                        f"check the corpus path and set ATTENTION_JAX_CACHE=FOLDER to a writable folder") from None
+    return folder
+
+
+def _atomic_write(target: pathlib.Path, write) -> None:
+    """Call write(tmp_path) on a sibling temp file, then rename it over `target`."""
+    fd, tmp = tempfile.mkstemp(dir=target.parent, prefix=f".{target.name}-", suffix=".tmp")
+    os.close(fd)
+    try:
+        write(tmp)
+        os.replace(tmp, target)
+    finally:
+        if os.path.exists(tmp):
+            os.unlink(tmp)
+
+
+def _train(corpus: pathlib.Path, vocab_size: int) -> tokenizers.Tokenizer:
+    """Train the BPE. No special tokens and no prefix space: GPT-2's byte-level defaults,
+    which are the settings that reproduce the chapter's token count."""
+    bpe = tokenizers.ByteLevelBPETokenizer(add_prefix_space=False)
+    bpe.train([str(corpus)], vocab_size=vocab_size, min_frequency=MIN_FREQUENCY,
+              special_tokens=[], show_progress=False)
+    return bpe._tokenizer  # the plain Tokenizer inside the convenience wrapper
+
+
+def _read_tokenizer(path: pathlib.Path) -> tokenizers.Tokenizer | None:
+    if not path.is_file():
+        return None
+    try:
+        return tokenizers.Tokenizer.from_file(str(path))
+    except Exception:  # the Rust loader raises a bare Exception on any corrupt json
+        return None
+
+
+def _tokenizer_and_flag(corpus, vocab_size, folder) -> tuple[tokenizers.Tokenizer, bool]:
+    """The cached tokenizer, training and storing it if absent or unreadable; flag = trained."""
+    path = folder / TOKENIZER_FILE
+    tok = _read_tokenizer(path)
+    if tok is not None:
+        return tok, False
+    trained = _train(pathlib.Path(corpus), int(vocab_size))
+    _atomic_write(path, lambda tmp: trained.save(tmp))
+    return trained, True
+
+
+def load_tokenizer(corpus, *, vocab_size: int = 1024, cache=None) -> tokenizers.Tokenizer:
+    """The corpus's BPE tokenizer (trained on first use); decode samples with `.decode(ids)`."""
+    return _tokenizer_and_flag(corpus, vocab_size, _folder(corpus, vocab_size, cache))[0]
+
+
+def _read_tokens(path: pathlib.Path, vocab: int) -> np.ndarray | None:
+    """Cached ids, or None if missing or not plausibly ours (wrong dtype/shape/range)."""
+    if not path.is_file():
+        return None
+    try:
+        ids = np.load(path, allow_pickle=False)
+    except (OSError, ValueError, EOFError):
+        return None
+    if ids.dtype != np.int32 or ids.ndim != 1 or ids.size == 0:
+        return None
+    if ids.min() < 0 or ids.max() >= vocab:
+        return None
+    return ids
+
+
+def _read_text(corpus: pathlib.Path) -> str:
+    try:
+        return pathlib.Path(corpus).read_text(encoding="utf-8")
+    except (OSError, UnicodeDecodeError) as err:
+        reason = " ".join(str(err).split())
+        raise DataError(f"cannot read corpus {corpus} as UTF-8 text ({reason}); supply the original file") from None
+
+
+def load_tokens(corpus: pathlib.Path, *, vocab_size: int = 1024, cache: pathlib.Path | None = None,
+                verbose: bool = True) -> np.ndarray:
+    """The whole corpus as int32 BPE ids [N], from the cache when possible."""
+    corpus = pathlib.Path(corpus)
+    folder = _folder(corpus, vocab_size, cache)
+    tok, trained = _tokenizer_and_flag(corpus, vocab_size, folder)
+    path = folder / TOKENS_FILE
+    # Ids from an earlier tokenizer are not trusted once the tokenizer had to be retrained.
+    ids = None if trained else _read_tokens(path, tok.get_vocab_size())
+    text = _read_text(corpus) if (ids is None or verbose) else ""
+    status = "cached"
+    if ids is None:
+        ids = np.asarray(tok.encode(text).ids, dtype=np.int32)
+        if ids.size == 0:
+            raise DataError(f"corpus {corpus} is empty; supply the original file")
+
+        def save(tmp: str) -> None:
+            with open(tmp, "wb") as handle:  # a file object stops np.save appending ".npy"
+                np.save(handle, ids, allow_pickle=False)
+
+        _atomic_write(path, save)
+        status = "trained" if trained else "encoded"
+    if verbose:
+        print(f"corpus: {len(text):,} chars -> {ids.size:,} tokens "
+              f"({len(text) / ids.size:.2f} chars/token), BPE vocab {int(vocab_size)} [{status}]",
+              flush=True)
+    return ids

@@ -1,0 +1,137 @@
+"""The training loop around the engine: progress, metrics, checkpoints, resume, evaluation.
+
+`fit` trains one configuration for one or N seeds and returns train and held-out
+perplexity per seed. With a `workdir` it appends metrics as JSON lines, saves an orbax
+checkpoint every `checkpoint_every` steps, at the end and on Ctrl-C, and resumes from the
+latest one: the data order depends only on (seed, step) and the optimizer state, step
+count and RNG state are all inside the checkpointed pytree, so a resumed run ends with
+the same parameters as an uninterrupted one, bit for bit on CPU.
+"""
+from __future__ import annotations
+
+import dataclasses
+import json
+import pathlib
+import shutil
+import time
+from typing import Any, Sequence
+
+import numpy as np
+import orbax.checkpoint as ocp
+from tqdm.auto import tqdm
+
+from attention_jax.config import ModelConfig
+from attention_jax.errors import CheckpointError
+from attention_jax.train import Engine, TrainConfig
+
+
+@dataclasses.dataclass
+class RunResult:
+    seeds: list[int]
+    train_ppl: list[float]
+    val_ppl: list[float]
+    steps: int
+    seconds: float
+    resumed_from: int
+    state: Any = dataclasses.field(repr=False, default=None)
+
+    def mean_std(self, field: str) -> tuple[float, float]:
+        values = np.asarray(getattr(self, field), dtype=np.float64)
+        return float(values.mean()), float(values.std(ddof=1) if len(values) > 1 else 0.0)
+
+
+class Checkpoints:
+    """orbax CheckpointManager plus a fingerprint, so a run never resumes someone else's state."""
+
+    def __init__(self, workdir: pathlib.Path, every: int, fingerprint: dict, *, resume: bool):
+        self.dir = workdir.absolute() / "checkpoints"
+        meta = workdir / "run.json"
+        if not resume and self.dir.exists():
+            shutil.rmtree(self.dir)
+        if resume and meta.exists() and self.dir.exists():
+            stored = json.loads(meta.read_text())
+            if stored != fingerprint:
+                raise CheckpointError(f"the checkpoint in {self.dir} was made by another configuration; "
+                                      "delete that folder or choose another --out")
+        workdir.mkdir(parents=True, exist_ok=True)
+        meta.write_text(json.dumps(fingerprint, indent=1, sort_keys=True))
+        options = ocp.CheckpointManagerOptions(save_interval_steps=every, max_to_keep=1,
+                                               enable_async_checkpointing=False)
+        self.manager = ocp.CheckpointManager(self.dir, options=options)
+
+    def restore(self, abstract_state) -> tuple[int, Any]:
+        step = self.manager.latest_step()
+        if step is None:
+            return 0, None
+        try:
+            state = self.manager.restore(step, args=ocp.args.StandardRestore(abstract_state))
+        except Exception as e:  # orbax raises many kinds on a structure mismatch
+            raise CheckpointError(f"cannot restore {self.dir} (step {step}): it does not match this model "
+                                  f"({type(e).__name__}); delete that folder to start again") from None
+        return step, state
+
+    def save(self, step: int, state, *, force: bool = False) -> None:
+        self.manager.save(step, args=ocp.args.StandardSave(state), force=force)
+
+    def close(self):
+        self.manager.wait_until_finished()
+        self.manager.close()
+
+
+def fit(model_config: ModelConfig, train_config: TrainConfig, train_tokens: np.ndarray,
+        val_tokens: np.ndarray, *, seeds: Sequence[int] = (0,), workdir: str | pathlib.Path | None = None,
+        resume: bool = True, progress: bool = True, desc: str = "train",
+        engine: Engine | None = None) -> RunResult:
+    seeds = [int(s) for s in seeds]
+    tc = train_config
+    engine = engine or Engine(model_config, tc, n_seeds=len(seeds))
+    workdir = pathlib.Path(workdir) if workdir is not None else None
+    ckpt = None
+    if workdir is not None:
+        fingerprint = {"model": model_config.to_dict(), "train": dataclasses.asdict(tc), "seeds": seeds}
+        ckpt = Checkpoints(workdir, tc.checkpoint_every, fingerprint, resume=resume)
+    log_file = (workdir / "metrics.jsonl").open("a") if workdir is not None else None
+
+    def log(record):
+        if log_file is not None:
+            log_file.write(json.dumps(record) + "\n")
+            log_file.flush()
+
+    start, state = ckpt.restore(engine.abstract_state(seeds)) if ckpt else (0, None)
+    state = engine.init(seeds) if state is None else engine._replicate(state)
+    done, t0 = start, time.perf_counter()
+    bar = tqdm(total=tc.steps, initial=start, desc=desc, disable=not progress, dynamic_ncols=True, leave=False)
+    try:
+        for step in range(start, tc.steps):
+            x, y = engine.batch(train_tokens, seeds, step)
+            state, loss = engine.step(state, x, y)
+            done = step + 1
+            if done % tc.log_every == 0 or done == tc.steps:
+                losses = np.atleast_1d(np.asarray(loss)).tolist()
+                bar.set_postfix(loss=f"{np.mean(losses):.3f}")
+                log({"step": done, "loss": losses})
+            if tc.eval_every and done % tc.eval_every == 0 and done < tc.steps:
+                log({"step": done, "val_ppl": engine.perplexity(state, val_tokens).tolist()})
+            if ckpt:
+                ckpt.save(done, state)
+            bar.update(1)
+    except KeyboardInterrupt:
+        if ckpt and done > start:
+            try:
+                ckpt.save(done, state, force=True)   # keep what this run has finished
+            except Exception:
+                pass                                 # the interrupted step may hold donated buffers
+        raise
+    finally:
+        bar.close()
+    seconds = time.perf_counter() - t0
+    if ckpt:
+        if ckpt.manager.latest_step() != tc.steps:
+            ckpt.save(tc.steps, state, force=True)
+        ckpt.close()
+    val = engine.perplexity(state, val_tokens)
+    train = engine.perplexity(state, train_tokens, max_windows=tc.train_eval_windows)
+    log({"step": tc.steps, "train_ppl": train.tolist(), "val_ppl": val.tolist(), "seconds": seconds})
+    if log_file is not None:
+        log_file.close()
+    return RunResult(seeds, train.tolist(), val.tolist(), tc.steps, seconds, start, state)

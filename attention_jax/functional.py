@@ -1,0 +1,170 @@
+"""The functional core: attention and its parts as pure `jax.numpy` functions.
+
+Everything here takes arrays and returns arrays, works on any leading batch/head
+dimensions, and composes with `jit`, `vmap` and `grad`. The Flax modules in
+`attention_jax.model` are thin wrappers around these functions.
+
+Axis names used in einsum strings: T = query position, S = key position, D = feature.
+"""
+from __future__ import annotations
+
+import math
+
+import jax
+import jax.numpy as jnp
+
+from attention_jax.memory_efficient import memory_efficient_attention  # re-exported: part of the API
+
+
+# --- masks and scores ------------------------------------------------------------------
+
+def causal_mask(n: int) -> jax.Array:
+    """bool[n, n], True where position t may attend to position i (i <= t)."""
+    return jnp.tril(jnp.ones((n, n), dtype=bool))
+
+
+def attention_scores(q: jax.Array, k: jax.Array, *, scale: bool = True) -> jax.Array:
+    """q·kᵀ, divided by √d_k when `scale` (the variance argument: Var(q·k) = d_k)."""
+    scores = jnp.einsum("...TD,...SD->...TS", q, k)
+    if scale:
+        scores = scores / jnp.sqrt(jnp.asarray(q.shape[-1], scores.dtype))
+    return scores
+
+
+def masked_softmax(scores: jax.Array, mask: jax.Array | None = None) -> jax.Array:
+    """Softmax over the last axis with forbidden entries set to -inf (never a constant).
+
+    -inf is what masking means: exp(-inf) is exactly 0, it survives a cast to float16,
+    and no constant has to be "large enough" for the scores at hand. A fully masked row
+    returns zeros, not NaN. Half-precision inputs are normalised in float32.
+    """
+    dtype = scores.dtype
+    s = scores.astype(jnp.promote_types(dtype, jnp.float32))
+    if mask is not None:
+        s = jnp.where(mask, s, -jnp.inf)
+    row_max = jnp.max(s, axis=-1, keepdims=True)
+    # A row with every entry masked has max -inf; shifting by 0 keeps exp(-inf) = 0.
+    row_max = jax.lax.stop_gradient(jnp.where(jnp.isfinite(row_max), row_max, 0.0))
+    e = jnp.exp(s - row_max)
+    total = jnp.sum(e, axis=-1, keepdims=True)
+    return (e / jnp.where(total == 0, 1.0, total)).astype(dtype)
+
+
+def attention_weights(q, k, *, mask=None, bias=None, scale: bool = True) -> jax.Array:
+    """Softmax(q·kᵀ/√d + bias) with `mask` applied after the bias (ALiBi adds a bias)."""
+    scores = attention_scores(q, k, scale=scale)
+    if bias is not None:
+        scores = scores + bias
+    return masked_softmax(scores, mask)
+
+
+def attention(q, k, v, *, mask=None, bias=None, scale: bool = True, return_weights: bool = False):
+    """Score, mask, normalise, mix: the weighted average of the values."""
+    w = attention_weights(q, k, mask=mask, bias=bias, scale=scale)
+    out = jnp.einsum("...TS,...SD->...TD", w, v)
+    return (out, w) if return_weights else out
+
+
+def uniform_causal_weights(n: int) -> jax.Array:
+    """The prefix-averaging matrix: softmax of all-equal scores under the causal mask."""
+    return masked_softmax(jnp.zeros((n, n), jnp.float32), causal_mask(n))
+
+
+def softmax_jacobian(scores: jax.Array, mask: jax.Array | None = None) -> jax.Array:
+    """d softmax(s) / d s for every row, by `jax.jacobian`: [..., n] -> [..., n, n].
+
+    Analytically this is diag(w) - w wᵀ; its trace Σ w_i(1 - w_i) goes to 0 as a row
+    saturates on one entry, which is why unscaled scores freeze a head at initialisation.
+    """
+    n = scores.shape[-1]
+    row_jacobian = jax.jacobian(lambda row, m: masked_softmax(row, m))
+    flat = scores.reshape(-1, n)
+    if mask is None:
+        jac = jax.vmap(lambda row: row_jacobian(row, None))(flat)
+    else:
+        m = jnp.broadcast_to(mask, scores.shape).reshape(-1, n)
+        jac = jax.vmap(row_jacobian)(flat, m)
+    return jac.reshape(*scores.shape, n)
+
+
+# --- positions -------------------------------------------------------------------------
+
+def sinusoidal_positions(n: int, d: int, *, base: float = 10000.0) -> jax.Array:
+    """Vaswani et al.: PE[p, 2i] = sin(p / base^(2i/d)), PE[p, 2i+1] = cos(same)."""
+    pos = jnp.arange(n, dtype=jnp.float32)[:, None]
+    inv_freq = base ** (-jnp.arange(0, d, 2, dtype=jnp.float32) / d)
+    angles = pos * inv_freq                                   # [n, ceil(d/2)]
+    pe = jnp.stack([jnp.sin(angles), jnp.cos(angles)], axis=-1).reshape(n, -1)
+    return pe[:, :d]
+
+
+def apply_rope(x: jax.Array, positions: jax.Array | None = None, *, base: float = 10000.0) -> jax.Array:
+    """Rotary embedding (Su et al.): rotate each pair (x_2i, x_2i+1) by angle p·θ_i.
+
+    Rotating q and k by the same rule makes q_t·k_i depend on t - i only, and a
+    rotation keeps every vector's norm.
+    """
+    n, d = x.shape[-2], x.shape[-1]
+    if d % 2:
+        raise ValueError(f"apply_rope needs an even feature size, got {d}")
+    if positions is None:
+        positions = jnp.arange(n)
+    inv_freq = base ** (-jnp.arange(0, d, 2, dtype=jnp.float32) / d)   # [d/2]
+    angles = jnp.asarray(positions, jnp.float32)[..., None] * inv_freq  # [..., n, d/2]
+    cos, sin = jnp.cos(angles), jnp.sin(angles)
+    pairs = x.astype(jnp.float32).reshape(*x.shape[:-1], d // 2, 2)
+    x1, x2 = pairs[..., 0], pairs[..., 1]
+    rotated = jnp.stack([x1 * cos - x2 * sin, x1 * sin + x2 * cos], axis=-1)
+    return rotated.reshape(x.shape).astype(x.dtype)
+
+
+def alibi_slopes(n_heads: int) -> jax.Array:
+    """Press et al. 2021: a geometric sequence starting at 2^(-8/n) with that ratio.
+
+    For a head count that is not a power of two, take the slopes of the nearest lower
+    power of two and fill up with every other slope of the next power, as the paper does.
+    """
+    def power_of_two(n):
+        start = 2.0 ** (-8.0 / n)
+        return [start ** (i + 1) for i in range(n)]
+
+    closest = 2 ** math.floor(math.log2(n_heads))
+    slopes = power_of_two(closest)
+    if closest != n_heads:
+        slopes += power_of_two(2 * closest)[0::2][: n_heads - closest]
+    return jnp.asarray(slopes, jnp.float32)
+
+
+def alibi_bias(n_heads: int, n: int) -> jax.Array:
+    """[n_heads, n, n]: -slope·(t - i) for i <= t, a penalty linear in distance.
+
+    Above the diagonal the value is -slope·|t - i| (the causal mask hides it anyway).
+    """
+    pos = jnp.arange(n)
+    distance = jnp.abs(pos[:, None] - pos[None, :]).astype(jnp.float32)
+    return -alibi_slopes(n_heads)[:, None, None] * distance
+
+
+# --- per-position layers ---------------------------------------------------------------
+
+def dense(x: jax.Array, kernel: jax.Array, bias: jax.Array | None = None) -> jax.Array:
+    """x·W (+ b) on the last axis: every projection in the model goes through here."""
+    y = jnp.einsum("...i,io->...o", x, kernel)
+    return y if bias is None else y + bias
+
+
+def layer_norm(x: jax.Array, scale: jax.Array, bias: jax.Array | None, eps: float = 1e-5) -> jax.Array:
+    """Normalise each vector over its features (biased variance, as torch), then affine."""
+    x32 = x.astype(jnp.promote_types(x.dtype, jnp.float32))
+    mean = jnp.mean(x32, axis=-1, keepdims=True)
+    var = jnp.mean(jnp.square(x32 - mean), axis=-1, keepdims=True)
+    y = (x32 - mean) * jax.lax.rsqrt(var + eps) * scale
+    if bias is not None:
+        y = y + bias
+    return y.astype(x.dtype)
+
+
+def gelu(x: jax.Array) -> jax.Array:
+    """Exact GELU, x·Φ(x) with the erf, as torch's default."""
+    return jax.nn.gelu(x, approximate=False)
+

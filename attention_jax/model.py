@@ -1,0 +1,187 @@
+"""The language model as Flax NNX modules, thin compositions of `attention_jax.functional`.
+
+Reading order follows the architecture: projections and norms, the context mixers
+(uniform average, one head, several heads), the position-wise feed-forward network,
+the block that wires them with residuals and LayerNorm, and the model around it.
+Every variant comes from `ModelConfig`; nothing here branches on a ladder row's name.
+"""
+from __future__ import annotations
+
+import jax
+import jax.numpy as jnp
+from flax import nnx
+
+from attention_jax import functional as F
+from attention_jax.config import ModelConfig
+from attention_jax.errors import ConfigError
+
+# GPT-2's initialisation: small normal weights, zero biases, identity norms.
+_init = nnx.initializers.normal(stddev=0.02)
+
+
+class Dense(nnx.Module):
+    def __init__(self, d_in: int, d_out: int, *, bias: bool, rngs: nnx.Rngs):
+        self.kernel = nnx.Param(_init(rngs.params(), (d_in, d_out)))
+        self.bias = nnx.Param(jnp.zeros((d_out,))) if bias else None
+
+    def __call__(self, x):
+        return F.dense(x, self.kernel[...], None if self.bias is None else self.bias[...])
+
+
+class LayerNorm(nnx.Module):
+    def __init__(self, d: int, *, bias: bool, eps: float):
+        self.scale = nnx.Param(jnp.ones((d,)))
+        self.bias = nnx.Param(jnp.zeros((d,))) if bias else None
+        self.eps = eps
+
+    def __call__(self, x):
+        return F.layer_norm(x, self.scale[...], None if self.bias is None else self.bias[...], self.eps)
+
+
+def _dropout(config: ModelConfig, rngs: nnx.Rngs):
+    return nnx.Dropout(config.dropout, rngs=rngs) if config.dropout > 0 else None
+
+
+class UniformAverage(nnx.Module):
+    """Each position becomes the mean of its prefix: attention with every score equal."""
+
+    def __call__(self, x):
+        return jnp.einsum("TS,...SD->...TD", F.uniform_causal_weights(x.shape[-2]).astype(x.dtype), x)
+
+
+class _Attention(nnx.Module):
+    """What a head does after its projections: positions, score, mask, normalise, mix."""
+
+    def _attend(self, q, k, v):                              # q, k, v: [B, H, T, D]
+        cfg, T = self.config, q.shape[-2]
+        if cfg.positions == "rope":
+            q, k = F.apply_rope(q, base=cfg.rope_base), F.apply_rope(k, base=cfg.rope_base)
+        bias = F.alibi_bias(q.shape[-3], T) if cfg.positions == "alibi" else None
+        w = F.attention_weights(q, k, mask=F.causal_mask(T), bias=bias, scale=cfg.scale)
+        if self.sow_weights:  # off by default: sown values cost memory on every step
+            self.sow(nnx.Intermediate, "attention_weights", w)
+        if self.weight_dropout is not None:
+            w = self.weight_dropout(w)
+        return jnp.einsum("...TS,...SD->...TD", w, v)
+
+
+class Head(_Attention):
+    """One head of causal self-attention, as the chapter writes it: q, k, v without bias."""
+
+    def __init__(self, config: ModelConfig, *, rngs: nnx.Rngs):
+        d, dh = config.d_model, config.head_dim
+        self.config, self.sow_weights = config, False
+        self.weight_dropout = _dropout(config, rngs)
+        self.q = Dense(d, dh, bias=config.qkv_bias, rngs=rngs)
+        self.k = Dense(d, dh, bias=config.qkv_bias, rngs=rngs)
+        self.v = Dense(d, dh, bias=config.qkv_bias, rngs=rngs)
+
+    def __call__(self, x):                                   # [B, T, D] -> [B, T, D_head]
+        q, k, v = (p(x)[..., None, :, :] for p in (self.q, self.k, self.v))
+        return self._attend(q, k, v)[..., 0, :, :]
+
+
+class MultiHeadAttention(_Attention):
+    """H heads of width D/H side by side (width is divided, not added), then W_o mixes them."""
+
+    def __init__(self, config: ModelConfig, *, rngs: nnx.Rngs):
+        d, h, dh = config.d_model, config.num_heads, config.head_dim
+        self.config, self.sow_weights = config, False
+        self.qkv = Dense(d, 3 * h * dh, bias=config.qkv_bias, rngs=rngs)   # one matmul for all
+        self.out = Dense(h * dh, d, bias=config.bias, rngs=rngs)
+        self.weight_dropout = _dropout(config, rngs)
+
+    def __call__(self, x):                                   # [B, T, D] -> [B, T, D]
+        *lead, T, _ = x.shape
+        h, dh = self.config.num_heads, self.config.head_dim
+        qkv = self.qkv(x).reshape(*lead, T, 3, h, dh)
+        q, k, v = jnp.moveaxis(qkv, (-3, -2), (0, -3))       # each [B, H, T, D_head]
+        out = self._attend(q, k, v)
+        out = jnp.swapaxes(out, -3, -2).reshape(*lead, T, h * dh)
+        return self.out(out)
+
+
+class FeedForward(nnx.Module):
+    """Computation within a position: widen 4×, exact GELU, narrow back."""
+
+    def __init__(self, config: ModelConfig, *, rngs: nnx.Rngs):
+        self.up = Dense(config.d_model, config.d_ff, bias=config.bias, rngs=rngs)
+        self.down = Dense(config.d_ff, config.d_model, bias=config.bias, rngs=rngs)
+
+    def __call__(self, x):
+        return self.down(F.gelu(self.up(x)))
+
+
+_MIXERS = {"none": None, "average": lambda c, rngs: UniformAverage(),
+           "head": lambda c, rngs: Head(c, rngs=rngs), "heads": lambda c, rngs: MultiHeadAttention(c, rngs=rngs)}
+
+
+class Block(nnx.Module):
+    """Mixer then feed-forward, each wrapped as pre-norm `x + f(LN(x))` or post-norm `LN(x + f(x))`.
+
+    `use_mixer` / `use_ffn` switch a sub-layer off for ablation (see `ablate`).
+    """
+
+    def __init__(self, config: ModelConfig, *, rngs: nnx.Rngs):
+        self.config = config
+        make = _MIXERS[config.mixer]
+        self.mixer = make(config, rngs) if make else None
+        self.ffn = FeedForward(config, rngs=rngs) if config.feed_forward else None
+        norm = lambda part: LayerNorm(config.d_model, bias=config.bias, eps=config.ln_eps) \
+            if config.layer_norm and part is not None else None
+        self.ln1, self.ln2 = norm(self.mixer), norm(self.ffn)
+        self.drop = _dropout(config, rngs)
+        self.use_mixer, self.use_ffn = True, True
+
+    def _sublayer(self, x, f, ln, residual):
+        pre = self.config.norm == "pre"
+        y = f(ln(x) if (ln is not None and pre) else x)
+        if self.drop is not None:
+            y = self.drop(y)
+        x = x + y if residual else y
+        return ln(x) if (ln is not None and not pre) else x
+
+    def __call__(self, x):
+        if self.mixer is not None and self.use_mixer:
+            x = self._sublayer(x, self.mixer, self.ln1, self.config.residual)
+        if self.ffn is not None and self.use_ffn:
+            x = self._sublayer(x, self.ffn, self.ln2, True)
+        return x
+
+
+class LanguageModel(nnx.Module):
+    """tokens [B, T] -> logits [B, T, V]: embeddings (+ positions), blocks, final norm, output layer."""
+
+    def __init__(self, config: ModelConfig, *, rngs: nnx.Rngs):
+        d = config.d_model
+        self.config = config
+        self.token_embed = nnx.Embed(config.vocab_size, d, embedding_init=_init, rngs=rngs)
+        self.position_embed = (nnx.Embed(config.position_rows, d, embedding_init=_init, rngs=rngs)
+                               if config.positions == "learned" else None)
+        self.drop = _dropout(config, rngs)
+        self.blocks = nnx.List([Block(config, rngs=rngs) for _ in range(config.n_layers)])
+        # Pre-norm leaves the residual stream unnormalised, so it gets one LayerNorm at the end.
+        self.ln_f = (LayerNorm(d, bias=config.bias, eps=config.ln_eps)
+                     if config.layer_norm and config.norm == "pre" else None)
+        self.lm_head = None if config.tie_embeddings else \
+            Dense(d, config.vocab_size, bias=config.bias, rngs=rngs)
+
+    def __call__(self, tokens):
+        cfg, T = self.config, tokens.shape[-1]
+        x = self.token_embed(tokens)
+        if cfg.positions == "learned":
+            if T > cfg.position_rows:
+                raise ConfigError(f"{T} tokens exceed the learned position table ({cfg.position_rows} rows); "
+                                  "raise max_positions")
+            x = x + self.position_embed.embedding[:T]
+        elif cfg.positions == "sinusoidal":
+            x = x + F.sinusoidal_positions(T, cfg.d_model).astype(x.dtype)
+        if self.drop is not None:
+            x = self.drop(x)
+        for block in self.blocks:
+            x = block(x)
+        if self.ln_f is not None:
+            x = self.ln_f(x)
+        if self.lm_head is None:
+            return jnp.einsum("...D,VD->...V", x, self.token_embed.embedding[...])
+        return self.lm_head(x)

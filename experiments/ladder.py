@@ -1,0 +1,140 @@
+"""The ablation ladder: from a plain average to a transformer block, one part per row.
+
+    python -m experiments.ladder [--preset smoke|cpu|paper] [--rows a,b] [--steps N] [--seeds N]
+
+Every row is `dataclasses.replace` of the row above; each adds exactly one part.
+"""
+from __future__ import annotations
+
+import dataclasses
+
+from attention_jax import cli, report, runs
+from attention_jax.config import ModelConfig
+from attention_jax.train import TrainConfig
+
+# Embedding -> linear: every model below is this plus parts. Width 128, context 128.
+BASE = ModelConfig(vocab_size=1024, context=128, d_model=128, n_layers=1, n_heads=4, mixer="none",
+                   residual=False, positions="none", feed_forward=False, layer_norm=False)
+
+
+def _rows():
+    rows, cfg = [], BASE
+    # (name, what this row adds, change to the row above, the book's val ppl where it prints one)
+    for name, label, change, book in [
+        ("no_context", "embedding -> linear, no context", {}, 59.71),
+        ("average", "uniform causal average, replacing the token", {"mixer": "average"}, 248.0),
+        ("average_positions", "+ learned positions before averaging", {"positions": "learned"}, None),
+        ("average_residual", "average added to the token (residual)", {"residual": True}, 60.45),
+        ("head_replace", "one learned head, replacing", {"mixer": "head", "residual": False}, None),
+        ("head_residual", "one learned head, residual", {"residual": True}, None),
+        ("heads", "four heads + W_o", {"mixer": "heads"}, None),
+        ("feed_forward", "+ feed-forward (4x, GELU)", {"feed_forward": True}, None),
+        ("layer_norm", "+ LayerNorm (one pre-norm block)", {"layer_norm": True}, 38.07),
+        ("two_blocks", "two blocks", {"n_layers": 2}, 40.57),
+    ]:
+        cfg = dataclasses.replace(cfg, **change)
+        rows.append((name, label, cfg, book))
+    return rows
+
+
+ROWS = _rows()
+BOOK_TRAIN = {"layer_norm": 18.77, "two_blocks": 14.49}
+PRESETS = {
+    "paper": TrainConfig(steps=3000, batch_size=64, lr=1e-3, checkpoint_every=500),
+    "cpu": TrainConfig(steps=600, batch_size=32, lr=1e-3, checkpoint_every=200, train_eval_windows=120),
+    "smoke": TrainConfig(steps=12, batch_size=8, lr=1e-3, checkpoint_every=6, log_every=6,
+                         train_eval_windows=16),
+}
+
+
+def claims(r: dict) -> list[dict]:
+    v = {k: x["val_ppl"] for k, x in r.items()}
+    t = {k: x["train_ppl"] for k, x in r.items()}
+    out, need = [], lambda *names: all(n in r for n in names)
+    if need("no_context", "average"):
+        out.append(report.claim("the average is >= 2x worse than no context", v["average"] >= 2 * v["no_context"],
+                                f"{v['average']:.2f} vs {v['no_context']:.2f} ({v['average'] / v['no_context']:.2f}x)"))
+    if need("no_context", "average", "average_positions"):
+        gap, back = v["average"] - v["no_context"], v["average"] - v["average_positions"]
+        out.append(report.claim("learned positions recover < 5% of that gap", back < 0.05 * gap,
+                                f"{back:.2f} of {gap:.2f} points ({100 * back / gap:.1f}%)"))
+    if need("no_context", "average_residual"):
+        rel = abs(v["average_residual"] - v["no_context"]) / v["no_context"]
+        out.append(report.claim("the residual brings the average within 5% of no context", rel < 0.05,
+                                f"{v['average_residual']:.2f} vs {v['no_context']:.2f} ({100 * rel:.1f}%)"))
+    for better, worse, text in [
+            ("head_residual", "average_residual", "a learned head beats the uniform average + residual"),
+            ("head_residual", "head_replace", "the residual head beats the replacing head"),
+            ("heads", "head_residual", "four heads beat one"),
+            ("feed_forward", "heads", "+ FFN improves"),
+            ("layer_norm", "feed_forward", "+ LayerNorm improves")]:
+        if need(better, worse):
+            out.append(report.claim(text, v[better] < v[worse], f"{v[better]:.2f} vs {v[worse]:.2f}"))
+    if need("layer_norm", "two_blocks"):
+        ok = t["two_blocks"] < t["layer_norm"] and v["two_blocks"] > v["layer_norm"]
+        out.append(report.claim("two blocks: lower train and higher val perplexity than one", ok,
+                                f"train {t['two_blocks']:.2f} vs {t['layer_norm']:.2f}, "
+                                f"val {v['two_blocks']:.2f} vs {v['layer_norm']:.2f}"))
+    return out
+
+
+def plot(records: list[dict], path):
+    import matplotlib
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+    fig, ax = plt.subplots(figsize=(9, 4.5))
+    xs = range(len(records))
+    ax.plot(xs, [r["val_ppl"] for r in records], "o-", label="val (ours)")
+    ax.plot(xs, [r["train_ppl"] for r in records], "s--", label="train (ours)")
+    book = [(i, r["book_val_ppl"]) for i, r in enumerate(records) if r["book_val_ppl"]]
+    ax.plot([i for i, _ in book], [b for _, b in book], "kx", markersize=9, label="val (book)")
+    ax.set_xticks(list(xs), [r["name"] for r in records], rotation=35, ha="right")
+    ax.set_yscale("log")
+    ax.set_ylabel("perplexity")
+    ax.legend()
+    report.save_figure(fig, path)
+
+
+def _main(argv=None):
+    names = [r[0] for r in ROWS]
+    p = runs.add_training_args(cli.parser("ladder", __doc__.splitlines()[0], PRESETS), rows=names)
+    args = p.parse_args(argv)
+    preset, tc = cli.choose_preset(args.preset, PRESETS)
+    chosen = cli.choose_names(args.rows, names)
+    if args.steps is not None:
+        tc = dataclasses.replace(tc, steps=args.steps)
+    seeds = runs.seeds_from(args.seeds)
+    splits = runs.load_splits(args.data)
+    folder = report.results_dir(args.out, "ladder")
+    records, previous = [], None
+    for name, label, cfg, book in ROWS:
+        if name not in chosen:
+            continue
+        r = runs.train_row(name, cfg, tc, splits, preset=preset, seeds=seeds, folder=folder,
+                           fresh=args.fresh, progress=not args.no_progress)
+        r.update(label=label, book_val_ppl=book, book_train_ppl=BOOK_TRAIN.get(name),
+                 change=None if previous is None else r["val_ppl"] - previous)
+        r["val"] = runs.fmt_ppl(r["val_ppl"], r["val_ppl_std"])
+        r["train"] = runs.fmt_ppl(r["train_ppl"], r["train_ppl_std"])
+        previous = r["val_ppl"]
+        records.append(r)
+        took = "cached" if r["cached"] else f"{r['seconds']:.0f} s"
+        print(f"  {name:<18} params {r['params']:>9,}  train {r['train']:>16}  val {r['val']:>16}  ({took})",
+              flush=True)
+    columns = [("name", "row", ""), ("params", "params", ",d"), ("train", "train ppl", ""),
+               ("val", "val ppl", ""), ("book_val_ppl", "book val ppl", ".2f"), ("change", "change", "+.2f")]
+    table = report.format_table(columns, records)
+    checked = claims({r["name"]: r for r in records})
+    print(table)
+    print(report.format_claims(checked))
+    plot(records, folder / "ladder.png")
+    report.write_results(args.out, "ladder", rows=records, claims=checked, tables={"ladder": table},
+                         preset=preset, config={"train": dataclasses.asdict(tc), "seeds": seeds,
+                                                "base": BASE.to_dict()})
+    print(f"wrote {folder}/table.md, results.json, ladder.png")
+
+
+main = cli.main(_main)
+
+if __name__ == "__main__":
+    raise SystemExit(main())
