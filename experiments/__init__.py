@@ -1,0 +1,1 @@
+"""One module per table of the chapter: `python -m experiments.<name>`."""

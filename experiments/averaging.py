@@ -1,0 +1,118 @@
+"""The plain average, three ways, and why it cannot see order.
+
+`python -m experiments.averaging` checks the chapter's two opening facts on random
+vectors: shuffling a window leaves its average unchanged (only summation order moves,
+book max |diff| 2.98e-08), and the prefix averages computed by a Python loop, by a
+lower-triangular matrix with rows summing to one, and by a softmax over an all-zero
+score matrix under the causal mask are the same numbers (book 5.96e-08). It also
+prints the 6×6 averaging matrix: the causal mask and the softmax, already on screen.
+"""
+from __future__ import annotations
+
+import functools
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+from attention_jax import cli, report
+from attention_jax import functional as F
+
+NAME = "averaging"
+# Every preset is cheap; smoke only shrinks the window so tests take milliseconds.
+PRESETS = {
+    "smoke": dict(tokens=32, width=32, seed=0),
+    "cpu": dict(tokens=128, width=128, seed=0),
+    "paper": dict(tokens=128, width=128, seed=0),
+}
+ROUNDING = 1e-6   # float32 has 24 bits of mantissa: differences of order 1e-7 are reordering noise
+
+
+def prefix_means_by_loop(x):
+    """The obvious version: average x[:t+1] for every t, one position at a time.
+
+    In NumPy float32 on purpose: each of the T slice shapes is a new program for XLA,
+    so in JAX this reference loop would spend seconds compiling, eager or under `jit`.
+    """
+    x = np.asarray(x, np.float32)
+    return np.stack([x[: t + 1].mean(0) for t in range(x.shape[0])])
+
+
+def prefix_means_by_matmul(x):
+    """The same thing as one product with a lower-triangular matrix whose rows sum to 1."""
+    A = jnp.tril(jnp.ones((x.shape[0], x.shape[0]), x.dtype))
+    return (A / A.sum(1, keepdims=True)) @ x
+
+
+def prefix_means_by_softmax(x):
+    """And again: softmax of equal scores, with the future set to -inf by the causal mask."""
+    T = x.shape[0]
+    return F.masked_softmax(jnp.zeros((T, T), x.dtype), F.causal_mask(T)) @ x
+
+
+@functools.partial(jax.jit, static_argnames=("tokens", "width"))
+def draw(key, *, tokens, width):
+    """A window of random token vectors and the same window in a random order."""
+    key_x, key_perm = jax.random.split(key)
+    x = jax.random.normal(key_x, (tokens, width), jnp.float32)
+    return x, x[jax.random.permutation(key_perm, tokens)]
+
+
+@jax.jit
+def compare(x, shuffled, loop):
+    """Every difference in one compiled function (eagerly, each small op would compile on its own)."""
+    tokens = x.shape[0]
+    A = F.uniform_causal_weights(tokens)
+    diff = lambda a, b: jnp.max(jnp.abs(a - b))
+    return dict(shuffle=diff(A[-1] @ x, A[-1] @ shuffled), matmul=diff(loop, prefix_means_by_matmul(x)),
+                softmax=diff(loop, prefix_means_by_softmax(x)), library=diff(loop, A @ x),
+                row_sum=jnp.max(jnp.abs(A.sum(1) - 1)), upper=jnp.max(jnp.abs(jnp.triu(A, k=1))),
+                small=F.uniform_causal_weights(6))
+
+
+def run(args) -> dict:
+    preset, p = cli.choose_preset(args.preset, PRESETS)
+    T, d = p["tokens"], p["width"]
+    # Full float32 matmuls: TPUs default to bfloat16 passes, which would swamp the 1e-7 effect.
+    with jax.default_matmul_precision("highest"):
+        x, shuffled = draw(jax.random.key(p["seed"]), tokens=T, width=d)
+        m = jax.device_get(compare(x, shuffled, prefix_means_by_loop(x)))
+    rows = [dict(comparison="window average vs the same window shuffled", diff=m["shuffle"], book=2.98e-08),
+            dict(comparison="loop vs lower-triangular matmul", diff=m["matmul"], book=5.96e-08),
+            dict(comparison="loop vs softmax over masked zeros", diff=m["softmax"], book=5.96e-08),
+            dict(comparison="loop vs F.uniform_causal_weights @ x", diff=m["library"], book=None)]
+    rows = [{**r, "diff": float(r["diff"])} for r in rows]
+    small = m["small"]
+    matrix_rows = [{f"c{j}": float(small[i, j]) for j in range(6)} for i in range(6)]
+
+    table = report.format_table([("comparison", "comparison", "s"), ("diff", "max |diff| (ours)", ".3g"),
+                                 ("book", "book", ".3g")], rows)
+    matrix = report.format_table([(f"c{j}", f"{j}", ".3f") for j in range(6)], matrix_rows)
+    print(f"T = {T} tokens of width {d}, float32, seed {p['seed']}\n")
+    print(table)
+    print("\nthe averaging matrix A (rows sum to 1, upper triangle is zero):")
+    for i in range(6):
+        print("  " + " ".join(f"{float(v):.3f}" for v in small[i]))
+
+    claims = [report.claim(f"{r['comparison']}: equal up to float32 rounding (< {ROUNDING:g})",
+                           r["diff"] < ROUNDING, f"max |diff| = {r['diff']:.3g}") for r in rows]
+    claims.append(report.claim(
+        "the averaging matrix has rows summing to 1 and a zero upper triangle",
+        m["row_sum"] < ROUNDING and m["upper"] == 0,
+        f"max |row sum - 1| = {m['row_sum']:.3g}, max |upper| = {m['upper']:.3g} (T = {T})"))
+    print("\n" + report.format_claims(claims))
+    folder = report.write_results(args.out, NAME, rows=rows, claims=claims, preset=preset, config=p,
+                                  tables={"Same average, four ways": table, "The 6×6 averaging matrix": matrix},
+                                  extra={"averaging_matrix_6x6": small})
+    print(f"\nwrote {folder}")
+    return {"rows": rows, "claims": claims, "preset": preset, "config": p}
+
+
+def _main(argv=None):
+    return run(cli.parser(NAME, __doc__.splitlines()[0], PRESETS).parse_args(argv))
+
+
+main = cli.main(_main)
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -1,0 +1,153 @@
+"""Model size is arithmetic: every count by closed-form formula and by the framework.
+
+`python -m experiments.params` splits one block into attention 4d² + 4d, MLP 8d² + 5d and
+LayerNorms 4d (12d² + 13d, MLP ≈ 2/3), counts the ladder's models, GPT-2 small (exactly
+124,439,808), the lecture's tiny char GPT (109,056) and GPT-3 by 12·L·d² against 175 B.
+The framework side always counts abstract shapes (`nnx.eval_shape`): no weights are allocated.
+"""
+from __future__ import annotations
+
+import dataclasses
+
+import jax
+from flax import nnx
+
+from attention_jax import cli, report
+from attention_jax.config import GPT2_SMALL, ModelConfig
+from attention_jax.model import Block
+from attention_jax.probe import count_params, param_breakdown
+from experiments.ladder import ROWS as LADDER   # the canonical ladder configs, not a copy
+
+NAME = "params"
+# Counting is instant except GPT-3's 96 abstract blocks (~3 s), which smoke skips.
+PRESETS = {"smoke": dict(count_gpt3=False), "cpu": dict(count_gpt3=True), "paper": dict(count_gpt3=True)}
+# The ladder's counts as the issue lists them; the book itself prints only the W_o (+16,512) and LayerNorm (+768) steps.
+EXPECTED_LADDER = {"no_context": 263_168, "average": 263_168, "average_positions": 279_552,
+                   "average_residual": 279_552, "head_replace": 328_704, "head_residual": 328_704,
+                   "heads": 345_216, "feed_forward": 476_928, "layer_norm": 477_696, "two_blocks": 675_584}
+TINY_GPT = ModelConfig(vocab_size=44, context=96, d_model=64, n_layers=2, n_heads=4,
+                       tie_embeddings=True, qkv_bias=True)
+GPT3 = dict(n_layers=96, d_model=12288, vocab_size=50257, context=2048, reported=175e9)
+
+
+def formula(cfg: ModelConfig) -> dict[str, int]:
+    """Parameters per part, read off the architecture by hand (the framework is not consulted)."""
+    d, V, b = cfg.d_model, cfg.vocab_size, int(cfg.bias)
+    width = cfg.num_heads * cfg.head_dim                       # all heads side by side
+    qkv = 3 * (d * width + width * int(cfg.qkv_bias))          # W_q, W_k, W_v
+    mixer = {"none": 0, "average": 0, "head": qkv, "heads": qkv + width * d + d * b}[cfg.mixer]
+    ffn = (d * cfg.d_ff + cfg.d_ff * b + cfg.d_ff * d + d * b) if cfg.feed_forward else 0
+    norm = d + d * b                                           # scale, and shift when biased
+    norms = norm * ((cfg.mixer != "none") + cfg.feed_forward) if cfg.layer_norm else 0
+    return {"token_embed": V * d,
+            "position_embed": cfg.position_rows * d if cfg.positions == "learned" else 0,
+            "blocks": cfg.n_layers * (mixer + ffn + norms),
+            "ln_f": norm if cfg.layer_norm and cfg.norm == "pre" else 0,
+            "lm_head": 0 if cfg.tie_embeddings else d * V + V * b}
+
+
+def block_framework(cfg: ModelConfig) -> dict[str, int]:
+    """One abstract Block's parameters grouped by sub-layer (mixer, ffn, ln1, ln2)."""
+    block = nnx.eval_shape(lambda: Block(cfg, rngs=nnx.Rngs(0)))
+    parts: dict[str, int] = {}
+    for path, leaf in jax.tree_util.tree_leaves_with_path(nnx.state(block, nnx.Param)):
+        top = str(getattr(path[0], "key", path[0]))
+        parts[top] = parts.get(top, 0) + leaf.size
+    return parts
+
+
+def block_row(d: int) -> dict:
+    """The chapter's block (GPT-2's: every projection biased) at width d, by formula and framework."""
+    counted = block_framework(ModelConfig(d_model=d, n_heads=max(1, d // 64), qkv_bias=True))
+    attention, mlp, norms = 4 * d * d + 4 * d, 8 * d * d + 5 * d, 4 * d
+    return dict(d=d, attention=attention, mlp=mlp, norms=norms, total=12 * d * d + 13 * d,
+                framework=sum(counted.values()), mlp_share=mlp / (12 * d * d + 13 * d),
+                parts_match=(counted["mixer"], counted["ffn"], counted["ln1"] + counted["ln2"]) == (attention, mlp, norms))
+
+
+def model_row(name: str, cfg: ModelConfig, book: int | None) -> dict:
+    return dict(model=name, formula=sum(formula(cfg).values()), framework=count_params(cfg), book=book)
+
+
+def run(args) -> dict:
+    preset, p = cli.choose_preset(args.preset, PRESETS)
+    blocks = [block_row(d) for d in (128, 768)]
+    models = [model_row(name, cfg, EXPECTED_LADDER.get(name)) for name, _, cfg, _ in LADDER]
+    models += [model_row("GPT-2 small", GPT2_SMALL, 124_439_808), model_row("tiny char GPT (lecture)", TINY_GPT, 109_056)]
+    g = GPT3
+    gpt3_cfg = ModelConfig(vocab_size=g["vocab_size"], context=g["context"], d_model=g["d_model"],
+                           n_layers=g["n_layers"], n_heads=96, tie_embeddings=True, qkv_bias=True)
+    if p["count_gpt3"]:
+        models.append(model_row("GPT-3 (exact, abstract)", gpt3_cfg, None))
+    ours, counted = formula(GPT2_SMALL), param_breakdown(GPT2_SMALL)
+    gpt2 = [dict(part=part, formula=ours[part], framework=counted.get(part, 0), book=expected) for part, expected in
+            (("token_embed", 38_597_376), ("position_embed", 786_432), ("blocks", 85_054_464), ("ln_f", 1_536))]
+    gpt2.insert(3, dict(part="one block", formula=ours["blocks"] // 12, framework=counted["blocks"] // 12, book=7_087_872))
+    gpt2_total = count_params(GPT2_SMALL)
+    table_share = ours["token_embed"] / gpt2_total
+    core = 12 * g["n_layers"] * g["d_model"] ** 2                 # the 12·L·d² rule
+    embeddings = (g["vocab_size"] + g["context"]) * g["d_model"]
+    gpt3 = [dict(part="12·L·d²", count=core), dict(part="+ (V + T)·d embeddings", count=core + embeddings),
+            dict(part="reported", count=int(g["reported"]))]
+
+    t_block = report.format_table([("d", "d", "d"), ("attention", "attention 4d²+4d", ",d"),
+                                   ("mlp", "MLP 8d²+5d", ",d"), ("norms", "LayerNorms 4d", ",d"),
+                                   ("total", "12d²+13d", ",d"), ("framework", "framework", ",d"),
+                                   ("mlp_share", "MLP share", ".1%")], blocks)
+    t_models = report.format_table([("model", "model", "s"), ("formula", "formula", ",d"),
+                                    ("framework", "count_params", ",d"), ("book", "book / issue", ",d")], models)
+    t_gpt2 = report.format_table([("part", "GPT-2 small", "s"), ("formula", "formula", ",d"),
+                                  ("framework", "param_breakdown", ",d"), ("book", "book", ",d")], gpt2)
+    t_gpt3 = report.format_table([("part", "GPT-3 (L = 96, d = 12,288)", "s"), ("count", "parameters", ",d")], gpt3)
+    for title, table in (("one block", t_block), ("models", t_models), ("GPT-2 small by part", t_gpt2),
+                         ("GPT-3 by 12·L·d²", t_gpt3)):
+        print(f"{title}\n{table}\n")
+    print(f"GPT-2 small: the token table holds {table_share:.1%} of the parameters")
+
+    ladder = {r["model"]: r["framework"] for r in models}
+    no_qkv_bias = block_framework(ModelConfig(d_model=768, n_heads=12))
+    claims = [report.claim(f"{r['model']}: formula equals the framework count", r["formula"] == r["framework"]
+                           and r["book"] in (None, r["framework"]),
+                           f"{r['formula']:,} vs {r['framework']:,}" + (f" (listed {r['book']:,})" if r["book"] else ""))
+              for r in models]
+    claims += [
+        report.claim("one block is 12d² + 13d, split 4d²+4d / 8d²+5d / 4d, MLP ≈ 2/3",
+                     all(b["total"] == b["framework"] and b["parts_match"] and abs(b["mlp_share"] - 2 / 3) < 0.01
+                         for b in blocks), ", ".join(f"d={b['d']}: {b['framework']:,}, MLP {b['mlp_share']:.1%}"
+                                                     for b in blocks)),
+        report.claim("GPT-2 small is exactly 124,439,808, every part as the book lists it",
+                     gpt2_total == 124_439_808 and all(r["formula"] == r["framework"] == r["book"] for r in gpt2),
+                     f"{gpt2_total:,}"),
+        report.claim("the token table is nearly a third of GPT-2 small", 0.30 < table_share < 1 / 3, f"{table_share:.1%}"),
+        report.claim("dropping the q, k, v biases saves 2,304 per block at d = 768",
+                     blocks[1]["framework"] - sum(no_qkv_bias.values()) == 2_304,
+                     f"{blocks[1]['framework'] - sum(no_qkv_bias.values()):,}"),
+        report.claim("W_o adds 16,512 and LayerNorm 768 to the ladder",
+                     (ladder["heads"] - ladder["head_residual"], ladder["layer_norm"] - ladder["feed_forward"])
+                     == (16_512, 768), f"+{ladder['heads'] - ladder['head_residual']:,}, "
+                                       f"+{ladder['layer_norm'] - ladder['feed_forward']:,}"),
+        report.claim("12·L·d² plus embeddings lands within 1% of GPT-3's reported 175 B",
+                     abs((core + embeddings) / g["reported"] - 1) < 0.01,
+                     f"{core / 1e9:.1f} B + {embeddings / 1e9:.2f} B = {(core + embeddings) / 1e9:.1f} B"),
+    ]
+    print("\n" + report.format_claims(claims))
+    folder = report.write_results(args.out, NAME, rows=models, claims=claims, preset=preset,
+                                  config={**p, "ladder": {n: c.to_dict() for n, _, c, _ in LADDER},
+                                          "tiny_gpt": TINY_GPT.to_dict(), "gpt2_small": GPT2_SMALL.to_dict(),
+                                          "gpt3": dataclasses.asdict(gpt3_cfg)},
+                                  tables={"One block": t_block, "Models": t_models, "GPT-2 small": t_gpt2,
+                                          "GPT-3": t_gpt3},
+                                  extra={"blocks": blocks, "gpt2_small": gpt2, "gpt3": gpt3,
+                                         "gpt2_token_table_share": table_share})
+    print(f"\nwrote {folder}")
+    return {"rows": models, "claims": claims, "preset": preset, "config": p, "blocks": blocks, "gpt2_small": gpt2}
+
+
+def _main(argv=None):
+    return run(cli.parser(NAME, __doc__.splitlines()[0], PRESETS).parse_args(argv))
+
+
+main = cli.main(_main)
+
+if __name__ == "__main__":
+    raise SystemExit(main())

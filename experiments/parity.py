@@ -1,0 +1,116 @@
+"""Our attention against PyTorch's, with the weights copied over from PyTorch itself.
+
+`python -m experiments.parity` builds a causal `torch.nn.MultiheadAttention`, copies its
+weights into `attention_jax.model.MultiHeadAttention`, and compares the outputs; it also
+rebuilds the same layer around `F.scaled_dot_product_attention`, and checks our
+functional `F.attention` (and its weights) on the very same q, k, v. The book reports
+max |diff| 1.8e-7 at a mean output magnitude of 0.159: the same arithmetic in another
+order, in float32. The book does not give its shapes; we use batch 2, 64 tokens, width
+128 and 4 heads (the chapter's model width and head count).
+"""
+from __future__ import annotations
+
+import jax
+import jax.numpy as jnp
+from flax import nnx
+
+from attention_jax import cli, report
+from attention_jax import functional as F
+from attention_jax.config import ModelConfig
+from attention_jax.errors import UserError
+from attention_jax.model import MultiHeadAttention
+
+NAME = "parity"
+PRESETS = {
+    "smoke": dict(batch=1, tokens=16, d_model=32, n_heads=4, seed=0),
+    "cpu": dict(batch=2, tokens=64, d_model=128, n_heads=4, seed=0),
+    "paper": dict(batch=2, tokens=64, d_model=128, n_heads=4, seed=0),
+}
+TOLERANCE = 1e-5      # float32 reordering noise is ~1e-7; a wrong layout or mask is ~1e-1
+
+
+def import_torch():
+    """PyTorch is only the oracle, so it is optional: without it, one line saying how to get it."""
+    try:
+        import torch
+    except ImportError:
+        raise UserError("parity compares against PyTorch, which is not installed; "
+                        "install the test extra: pip install -e '.[test]'") from None
+    return torch
+
+
+def copy_weights(torch_mha, ours: MultiHeadAttention) -> None:
+    """torch computes x·Wᵀ + b where our Dense computes x·K + b, so each kernel is a transposed weight.
+
+    Both fuse the projections the same way, (q | k | v) × heads × head width, so the
+    transpose is the whole mapping; the biases carry over as they are.
+    """
+    as_jax = lambda t: jnp.asarray(t.detach().numpy())
+    ours.qkv.kernel[...] = as_jax(torch_mha.in_proj_weight).T
+    ours.qkv.bias[...] = as_jax(torch_mha.in_proj_bias)
+    ours.out.kernel[...] = as_jax(torch_mha.out_proj.weight).T
+    ours.out.bias[...] = as_jax(torch_mha.out_proj.bias)
+
+
+def run(args) -> dict:
+    preset, p = cli.choose_preset(args.preset, PRESETS)
+    torch = import_torch()
+    import torch.nn.functional as TF
+
+    B, T, D, H = p["batch"], p["tokens"], p["d_model"], p["n_heads"]
+    torch.manual_seed(p["seed"])
+    mha = torch.nn.MultiheadAttention(D, H, bias=True, batch_first=True)
+    x = torch.randn(B, T, D)
+    with torch.no_grad():
+        # torch starts both biases at zero; random ones make their mapping part of the test.
+        mha.in_proj_bias.normal_(0.0, 0.1)
+        mha.out_proj.bias.normal_(0.0, 0.1)
+        future = ~torch.tril(torch.ones(T, T, dtype=torch.bool))    # torch's bool mask: True = may not attend
+        by_module, torch_weights = mha(x, x, x, attn_mask=future, need_weights=True, average_attn_weights=False)
+        q, k, v = TF.linear(x, mha.in_proj_weight, mha.in_proj_bias).split(D, dim=-1)
+        split_heads = lambda t: t.reshape(B, T, H, D // H).transpose(1, 2)       # [B, H, T, D/H]
+        mixed = TF.scaled_dot_product_attention(split_heads(q), split_heads(k), split_heads(v), is_causal=True)
+        by_sdpa = TF.linear(mixed.transpose(1, 2).reshape(B, T, D), mha.out_proj.weight, mha.out_proj.bias)
+
+    config = ModelConfig(vocab_size=1, context=T, d_model=D, n_heads=H, mixer="heads", qkv_bias=True)
+    ours = MultiHeadAttention(config, rngs=nnx.Rngs(p["seed"]))
+    copy_weights(mha, ours)
+    as_jax = lambda t: jnp.asarray(t.detach().numpy())
+    # Full float32 matmuls: GPUs and TPUs would otherwise use TF32 / bfloat16 passes.
+    with jax.default_matmul_precision("highest"):
+        out = ours(as_jax(x))
+        f_out, f_weights = F.attention(*(as_jax(split_heads(t)) for t in (q, k, v)),
+                                       mask=F.causal_mask(T), return_weights=True)
+
+    def compare(name, a, b, book=None, book_magnitude=None):
+        a, b = jnp.asarray(a), as_jax(b)
+        return dict(comparison=name, diff=float(jnp.max(jnp.abs(a - b))), magnitude=float(jnp.mean(jnp.abs(b))),
+                    book=book, book_magnitude=book_magnitude)
+
+    rows = [compare("MultiHeadAttention vs nn.MultiheadAttention", out, by_module, 1.79e-7, 0.159),
+            compare("MultiHeadAttention vs F.scaled_dot_product_attention", out, by_sdpa, 1.79e-7, 0.159),
+            compare("F.attention vs F.scaled_dot_product_attention (same q, k, v)", f_out, mixed),
+            compare("F.attention weights vs nn.MultiheadAttention weights", f_weights, torch_weights)]
+    table = report.format_table([("comparison", "comparison", "s"), ("diff", "max |diff|", ".3g"),
+                                 ("book", "book", ".3g"), ("magnitude", "mean |torch output|", ".3f"),
+                                 ("book_magnitude", "book", ".3f")], rows)
+    print(f"batch {B}, {T} tokens, d_model {D}, {H} heads, causal mask, float32, torch {torch.__version__}\n")
+    print(table)
+    claims = [report.claim(f"{r['comparison']}: max |diff| < {TOLERANCE:g}", r["diff"] < TOLERANCE,
+                           f"{r['diff']:.3g} at mean magnitude {r['magnitude']:.3f}") for r in rows]
+    print("\n" + report.format_claims(claims))
+    folder = report.write_results(args.out, NAME, rows=rows, claims=claims, preset=preset,
+                                  config={**p, "model": config.to_dict(), "torch": torch.__version__},
+                                  tables={"Parity with PyTorch": table})
+    print(f"\nwrote {folder}")
+    return {"rows": rows, "claims": claims, "preset": preset, "config": p}
+
+
+def _main(argv=None):
+    return run(cli.parser(NAME, __doc__.splitlines()[0], PRESETS).parse_args(argv))
+
+
+main = cli.main(_main)
+
+if __name__ == "__main__":
+    raise SystemExit(main())

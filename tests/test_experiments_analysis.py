@@ -1,0 +1,87 @@
+"""The analysis experiments (averaging, scaling, params, parity) on their smoke presets.
+
+Each runs once through its command-line entry point into a temporary folder; the tests
+then read `results.json` and assert the chapter's numbers, not merely that it ran.
+"""
+from __future__ import annotations
+
+import json
+import sys
+
+import pytest
+
+from experiments import averaging, params, parity, scaling
+
+
+def _run(module, name, tmp_path_factory) -> dict:
+    out = tmp_path_factory.mktemp(name)
+    assert module.main(["--preset", "smoke", "--out", str(out)]) == 0
+    folder = out / name
+    assert (folder / "table.md").exists()
+    results = json.loads((folder / "results.json").read_text())
+    assert results["preset"] == "smoke" and results["config"] is not None
+    assert results["claims"] and all(c["passed"] for c in results["claims"]), results["claims"]
+    results["folder"] = folder
+    return results
+
+
+@pytest.fixture(scope="module")
+def averaging_results(tmp_path_factory):
+    return _run(averaging, "averaging", tmp_path_factory)
+
+
+@pytest.fixture(scope="module")
+def scaling_results(tmp_path_factory):
+    return _run(scaling, "scaling", tmp_path_factory)
+
+
+def test_averaging_is_order_blind_and_three_ways_equal(averaging_results):
+    diffs = [r["diff"] for r in averaging_results["rows"]]
+    assert len(diffs) == 4 and max(diffs) < 1e-6
+    matrix = averaging_results["averaging_matrix_6x6"]
+    assert matrix[5] == pytest.approx([1 / 6] * 6) and matrix[2][3:] == [0.0, 0.0, 0.0]
+
+
+def test_scaling_variance_trace_and_frozen_rows(scaling_results):
+    rows = {r["d"]: r for r in scaling_results["rows"]}
+    assert sorted(rows) == [4, 16, 64, 256, 1024]
+    for d, r in rows.items():
+        assert abs(r["var"] / d - 1) < 0.03
+        assert abs(r["scaled_trace"] - 0.96) < 0.01          # the book's flat 0.96
+        assert r["unscaled_jac_err"] < 1e-6 and r["scaled_jac_err"] < 1e-6
+    assert rows[1024]["unscaled_frozen"] > 0.5 and rows[1024]["scaled_frozen"] == 0.0
+    assert rows[4]["unscaled_trace"] > rows[1024]["unscaled_trace"] * 5
+    assert (scaling_results["folder"] / "std_vs_d.png").exists()
+    assert (scaling_results["folder"] / "jacobian.png").exists()
+
+
+def test_params_counts(tmp_path_factory):
+    results = _run(params, "params", tmp_path_factory)
+    models = {r["model"]: r for r in results["rows"]}
+    assert models["GPT-2 small"]["framework"] == 124_439_808
+    assert models["tiny char GPT (lecture)"]["formula"] == models["tiny char GPT (lecture)"]["framework"] == 109_056
+    assert models["two_blocks"]["framework"] == 675_584 and models["heads"]["framework"] == 345_216
+    assert all(r["formula"] == r["framework"] for r in results["rows"])
+    assert {b["d"]: b["framework"] for b in results["blocks"]} == {128: 198_272, 768: 7_087_872}
+    assert 0.30 < results["gpt2_token_table_share"] < 0.32
+
+
+def test_parity_with_torch(tmp_path_factory):
+    pytest.importorskip("torch")
+    results = _run(parity, "parity", tmp_path_factory)
+    assert len(results["rows"]) == 4
+    assert all(r["diff"] < 1e-5 for r in results["rows"])
+
+
+def test_parity_without_torch_is_one_line(tmp_path, monkeypatch, capsys):
+    monkeypatch.setitem(sys.modules, "torch", None)      # makes `import torch` raise ImportError
+    assert parity.main(["--preset", "smoke", "--out", str(tmp_path)]) == 2
+    err = capsys.readouterr().err.strip()
+    assert len(err.splitlines()) == 1 and "pip install -e '.[test]'" in err
+
+
+@pytest.mark.parametrize("module", [averaging, scaling, params, parity])
+def test_unknown_preset_is_one_line_and_exit_2(module, tmp_path, capsys):
+    assert module.main(["--preset", "huge", "--out", str(tmp_path)]) == 2
+    err = capsys.readouterr().err.strip()
+    assert len(err.splitlines()) == 1 and err.startswith("error: unknown preset 'huge'")
