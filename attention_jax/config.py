@@ -52,6 +52,8 @@ class ModelConfig:
         for name in ("vocab_size", "context", "d_model", "n_layers", "n_heads", "ff_mult"):
             need(isinstance(getattr(self, name), int) and getattr(self, name) > 0,
                  f"{name}={getattr(self, name)!r} must be a positive integer")
+        need(self.max_positions is None or (isinstance(self.max_positions, int) and self.max_positions > 0),
+             f"max_positions={self.max_positions!r} must be a positive integer (or None for context)")
         need(0.0 <= self.dropout < 1.0, f"dropout={self.dropout} must lie in [0, 1)")
         if self.mixer == "heads" and self.d_head is None:
             need(self.d_model % self.n_heads == 0,

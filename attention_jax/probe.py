@@ -30,19 +30,20 @@ def param_breakdown(model_or_config) -> dict[str, int]:
 
 
 def _attention_modules(model):
-    return [m for _, m in model.iter_modules() if isinstance(m, (Head, MultiHeadAttention))]
+    return [m for _, m in nnx.iter_modules(model) if isinstance(m, (Head, MultiHeadAttention))]
 
 
 def capture_attention(model: LanguageModel, tokens) -> tuple[jax.Array, list[jax.Array]]:
     """Run the model once and return (logits, [weights of each block, [B, H, T, T]])."""
     modules = _attention_modules(model)
+    before = [m.sow_weights for m in modules]
     for m in modules:
         m.sow_weights = True
     try:
         logits, sown = nnx.capture(model, nnx.Intermediate)(tokens)
     finally:
-        for m in modules:
-            m.sow_weights = False
+        for m, flag in zip(modules, before):
+            m.sow_weights = flag
     maps = []
     for i in range(len(model.blocks)):   # blocks without attention (none/average) sow nothing
         try:
@@ -56,13 +57,13 @@ def capture_attention(model: LanguageModel, tokens) -> tuple[jax.Array, list[jax
 @contextlib.contextmanager
 def ablate(model: LanguageModel, *, mixer: Iterable[int] = (), feed_forward: Iterable[int] = ()):
     """Switch off the attention (`mixer`) or MLP (`feed_forward`) of the listed blocks, then restore."""
-    changed = []
+    changed = []   # (block, switch, value before), restored in reverse so nesting works
     for part, layers in (("use_mixer", mixer), ("use_ffn", feed_forward)):
         for i in layers:
-            changed.append((model.blocks[i], part))
+            changed.append((model.blocks[i], part, getattr(model.blocks[i], part)))
             setattr(model.blocks[i], part, False)
     try:
         yield model
     finally:
-        for block, part in changed:
-            setattr(block, part, True)
+        for block, part, value in reversed(changed):
+            setattr(block, part, value)

@@ -71,7 +71,10 @@ class Engine:
         over_seeds = (lambda f, **kw: jax.vmap(f, **kw)) if self.vmapped else (lambda f, **kw: f)
 
         devices = jax.devices()
-        self.mesh = jax.make_mesh((len(devices),), ("data",)) if len(devices) > 1 else None
+        # Auto axes: the batch is laid out over devices and XLA propagates the rest (the
+        # embedding gather included); explicit axes would demand sharding rules per op.
+        self.mesh = (jax.make_mesh((len(devices),), ("data",), axis_types=(jax.sharding.AxisType.Auto,))
+                     if len(devices) > 1 else None)
         if self.mesh is not None and train_config.batch_size % len(devices):
             raise ConfigError(f"batch_size={train_config.batch_size} does not split over {len(devices)} "
                               "devices; use a multiple of the device count")

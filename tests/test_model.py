@@ -1,0 +1,307 @@
+"""The Flax modules: parity with torch twins, causality by gradients, equivariance, switches."""
+
+import dataclasses
+
+import chex
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+import torch
+import torch.nn.functional as TF
+from flax import nnx
+
+from attention_jax import functional as F
+from attention_jax.config import MIXERS, POSITIONS, ModelConfig
+from attention_jax.model import Block, Head, LanguageModel, MultiHeadAttention, UniformAverage
+
+torch.set_num_threads(1)
+
+TINY = ModelConfig(vocab_size=50, context=8, d_model=32, n_layers=2, n_heads=4)
+B, T = 2, 8
+
+
+def config(**kw):
+    return dataclasses.replace(TINY, **kw)
+
+
+def randomize(module, seed=0, std=0.3):
+    """Replace every parameter (biases and LayerNorm affine too) by N(0, std²): nothing stays 0 or 1."""
+    leaves, treedef = jax.tree.flatten(nnx.state(module, nnx.Param))
+    keys = jax.random.split(jax.random.key(seed), len(leaves))
+    nnx.update(module, jax.tree.unflatten(treedef, [std * jax.random.normal(k, x.shape) for k, x in zip(keys, leaves)]))
+    return module
+
+
+def tokens(seed=0, shape=(B, T), vocab=50):
+    return jnp.asarray(np.random.default_rng(seed).integers(0, vocab, shape), jnp.int32)
+
+
+def hidden(seed=0, shape=(B, T, 32)):
+    return jnp.asarray(np.random.default_rng(seed).standard_normal(shape), jnp.float32)
+
+
+# --- torch twins (nanoGPT style) and weight copying -----------------------------------------
+
+def _t(x):
+    return torch.from_numpy(np.array(x, np.float32))
+
+
+def copy_dense(linear, dense):
+    """torch Linear computes x·Wᵀ + b, ours x·K + b: W = Kᵀ. A torch bias we lack is set to 0."""
+    linear.weight.data = _t(dense.kernel[...]).T.contiguous()
+    if linear.bias is not None:
+        linear.bias.data = torch.zeros_like(linear.bias) if dense.bias is None else _t(dense.bias[...])
+
+
+def copy_norm(torch_ln, ln):
+    torch_ln.weight.data = _t(ln.scale[...])
+    torch_ln.bias.data = _t(ln.bias[...])
+
+
+class TorchBlock(torch.nn.Module):
+    def __init__(self, cfg):
+        super().__init__()
+        d, self.h = cfg.d_model, cfg.n_heads
+        self.ln1, self.ln2 = torch.nn.LayerNorm(d, eps=cfg.ln_eps), torch.nn.LayerNorm(d, eps=cfg.ln_eps)
+        self.c_attn = torch.nn.Linear(d, 3 * d, bias=cfg.qkv_bias)
+        self.c_proj = torch.nn.Linear(d, d)
+        self.up, self.down = torch.nn.Linear(d, cfg.d_ff), torch.nn.Linear(cfg.d_ff, d)
+
+    def attn(self, x):
+        b, t, d = x.shape
+        q, k, v = (y.view(b, t, self.h, d // self.h).transpose(1, 2) for y in self.c_attn(x).split(d, dim=2))
+        y = TF.scaled_dot_product_attention(q, k, v, is_causal=True)
+        return self.c_proj(y.transpose(1, 2).reshape(b, t, d))
+
+    def forward(self, x):
+        x = x + self.attn(self.ln1(x))
+        return x + self.down(TF.gelu(self.up(self.ln2(x))))
+
+    def load(self, block):
+        copy_norm(self.ln1, block.ln1), copy_norm(self.ln2, block.ln2)
+        copy_dense(self.c_attn, block.mixer.qkv), copy_dense(self.c_proj, block.mixer.out)
+        copy_dense(self.up, block.ffn.up), copy_dense(self.down, block.ffn.down)
+        return self
+
+
+class TorchLM(torch.nn.Module):
+    def __init__(self, cfg):
+        super().__init__()
+        self.wte = torch.nn.Embedding(cfg.vocab_size, cfg.d_model)
+        self.wpe = torch.nn.Embedding(cfg.position_rows, cfg.d_model)
+        self.blocks = torch.nn.ModuleList(TorchBlock(cfg) for _ in range(cfg.n_layers))
+        self.ln_f = torch.nn.LayerNorm(cfg.d_model, eps=cfg.ln_eps)
+        self.lm_head = None if cfg.tie_embeddings else torch.nn.Linear(cfg.d_model, cfg.vocab_size)
+
+    def forward(self, idx):
+        x = self.wte(idx) + self.wpe(torch.arange(idx.shape[1]))
+        for block in self.blocks:
+            x = block(x)
+        x = self.ln_f(x)
+        return x @ self.wte.weight.T if self.lm_head is None else self.lm_head(x)
+
+    def load(self, model):
+        self.wte.weight.data = _t(model.token_embed.embedding[...])
+        self.wpe.weight.data = _t(model.position_embed.embedding[...])
+        for mine, theirs in zip(self.blocks, model.blocks):
+            mine.load(theirs)
+        copy_norm(self.ln_f, model.ln_f)
+        if self.lm_head is not None:
+            copy_dense(self.lm_head, model.lm_head)
+        return self
+
+
+# --- parity with torch ----------------------------------------------------------------------
+
+def torch_mha(mha):
+    """torch.nn.MultiheadAttention carrying `mha`'s weights.
+
+    in_proj_weight [3E, E] is our qkv kernel [D, 3·H·Dh] transposed: its rows are laid out (3, H, Dh)
+    like our columns. torch has either all biases or none, so a bias we lack becomes zeros there.
+    """
+    cfg = mha.config
+    ref = torch.nn.MultiheadAttention(cfg.d_model, cfg.n_heads, bias=cfg.qkv_bias or cfg.bias, batch_first=True)
+    ref.in_proj_weight.data = _t(mha.qkv.kernel[...]).T.contiguous()
+    if ref.in_proj_bias is not None:
+        ref.in_proj_bias.data = torch.zeros(3 * cfg.d_model) if mha.qkv.bias is None else _t(mha.qkv.bias[...])
+    copy_dense(ref.out_proj, mha.out)
+    return ref
+
+
+FUTURE = torch.ones(T, T, dtype=torch.bool).triu(1)                    # torch MHA: True = may NOT attend
+
+
+@pytest.mark.parametrize("qkv_bias, bias", [(True, True), (False, False), (False, True)])
+@pytest.mark.parametrize("mask_kind", ["bool", "float"])
+def test_multi_head_attention_matches_torch_multihead_attention(qkv_bias, bias, mask_kind, parity):
+    mha = randomize(MultiHeadAttention(config(qkv_bias=qkv_bias, bias=bias), rngs=nnx.Rngs(0)))
+    mask = FUTURE if mask_kind == "bool" else torch.zeros(T, T).masked_fill(FUTURE, float("-inf"))
+    x = hidden()
+    theirs, _ = torch_mha(mha)(_t(x), _t(x), _t(x), attn_mask=mask, need_weights=False)
+    parity(f"MultiHeadAttention vs torch MHA (qkv_bias={qkv_bias}, bias={bias}, {mask_kind} mask)", mha(x), theirs)
+
+
+def test_sown_attention_weights_match_torch_per_head_weights(parity):
+    mha = randomize(MultiHeadAttention(config(qkv_bias=True), rngs=nnx.Rngs(0)))
+    x = hidden()
+    mha.sow_weights = True
+    _, sown = nnx.capture(mha, nnx.Intermediate)(x)
+    weights = sown["attention_weights"].get_value()[0]                # sow keeps a tuple of the calls' values
+    _, theirs = torch_mha(mha)(_t(x), _t(x), _t(x), attn_mask=FUTURE, need_weights=True, average_attn_weights=False)
+    chex.assert_shape(weights, (B, 4, T, T))
+    parity("sown attention weights vs torch MHA per-head weights", weights, theirs)
+
+
+def test_pre_norm_block_matches_torch_twin(parity):
+    block = randomize(Block(config(qkv_bias=True), rngs=nnx.Rngs(0)))
+    x = hidden()
+    theirs = TorchBlock(config(qkv_bias=True)).load(block)(_t(x))
+    parity("pre-norm Block vs torch twin", block(x), theirs)
+
+
+@pytest.mark.parametrize("tied, qkv_bias", [(False, False), (True, True)], ids=["untied", "tied_gpt2_style"])
+def test_language_model_logits_match_torch_twin(tied, qkv_bias, parity):
+    cfg = config(tie_embeddings=tied, qkv_bias=qkv_bias)
+    model = randomize(LanguageModel(cfg, rngs=nnx.Rngs(0)))
+    if tied:
+        assert model.lm_head is None
+    idx = tokens()
+    theirs = TorchLM(cfg).load(model)(torch.from_numpy(np.array(idx)).long())
+    logits = model(idx)
+    chex.assert_shape(logits, (B, T, 50))
+    parity(f"LanguageModel vs torch twin ({'tied' if tied else 'untied'})", logits, theirs)
+
+
+# --- causality and order --------------------------------------------------------------------
+
+def embed(model, idx):
+    """What LanguageModel.__call__ does before the blocks."""
+    x = model.token_embed(idx)
+    if model.config.positions == "learned":
+        x = x + model.position_embed.embedding[: idx.shape[-1]]
+    elif model.config.positions == "sinusoidal":
+        x = x + F.sinusoidal_positions(idx.shape[-1], model.config.d_model)
+    return x
+
+
+def logits_from_embeddings(model, x):
+    """What LanguageModel.__call__ does after the embeddings."""
+    for block in model.blocks:
+        x = block(x)
+    if model.ln_f is not None:
+        x = model.ln_f(x)
+    return x @ model.token_embed.embedding[...].T if model.lm_head is None else model.lm_head(x)
+
+
+@pytest.mark.parametrize("positions", POSITIONS)
+def test_no_position_gets_gradient_from_a_later_position(positions):
+    model = randomize(LanguageModel(config(positions=positions), rngs=nnx.Rngs(0)), std=0.2)
+    idx = tokens(shape=(1, T))
+    x = embed(model, idx)[0]
+    chex.assert_trees_all_close(logits_from_embeddings(model, x[None]), model(idx), atol=1e-6)
+    # loss[t] = <logits[t], a random direction>;  J[t, s, d] = d loss[t] / d x[s, d]
+    probe = jax.random.normal(jax.random.key(0), (T, 50))
+    loss = lambda x: jnp.sum(logits_from_embeddings(model, x[None])[0] * probe, -1)
+    # Runs once, so compile without optimisation: same numbers, a fraction of the compile time.
+    jac = jax.jit(jax.jacobian(loss), compiler_options={"xla_backend_optimization_level": 0})(x)
+    chex.assert_shape(jac, (T, T, 32))
+    reach = np.abs(np.asarray(jac)).max(axis=-1)                         # [t, s]
+    assert np.all(reach[np.triu_indices(T, k=1)] == 0.0), "a later position leaks into an earlier one"
+    assert np.all(reach[np.tril_indices(T)] > 0.0), "every earlier position should matter"
+
+
+def test_without_positions_one_causal_layer_leaves_the_last_output_blind_to_earlier_order():
+    # One layer only: with two, earlier positions' outputs (prefix-dependent) carry the order upwards.
+    model = randomize(LanguageModel(config(positions="none", n_layers=1), rngs=nnx.Rngs(0)), std=0.2)
+    idx = jnp.arange(T)[None] + 3
+    shuffled = jnp.concatenate([idx[:, :-1][:, np.random.default_rng(0).permutation(T - 1)], idx[:, -1:]], -1)
+    chex.assert_trees_all_close(model(shuffled)[:, -1], model(idx)[:, -1], atol=1e-5)
+
+
+def test_learned_positions_make_the_order_of_earlier_tokens_visible():
+    model = randomize(LanguageModel(config(positions="learned", n_layers=1), rngs=nnx.Rngs(0)), std=0.2)
+    idx = jnp.arange(T)[None] + 3
+    shuffled = jnp.concatenate([idx[:, :-1][:, ::-1], idx[:, -1:]], -1)
+    assert np.abs(model(shuffled)[:, -1] - model(idx)[:, -1]).max() > 1e-3
+
+
+# --- variants ---------------------------------------------------------------------------------
+
+VALID = [(m, p) for m in MIXERS for p in POSITIONS if not (p in ("rope", "alibi") and m in ("none", "average"))]
+
+
+@pytest.mark.parametrize("mixer, positions", VALID)
+def test_every_mixer_and_positions_combination_runs(mixer, positions):
+    logits = LanguageModel(config(mixer=mixer, positions=positions), rngs=nnx.Rngs(0))(tokens())
+    chex.assert_shape(logits, (B, T, 50))
+    chex.assert_tree_all_finite(logits)
+
+
+def test_post_norm_differs_from_pre_norm():
+    idx = tokens()
+    pre = LanguageModel(config(norm="pre"), rngs=nnx.Rngs(0))(idx)
+    post = LanguageModel(config(norm="post"), rngs=nnx.Rngs(0))(idx)
+    assert np.abs(pre - post).max() > 1e-3
+
+
+def test_post_norm_block_outputs_normalised_vectors_and_pre_norm_does_not():
+    x = 3.0 * hidden() + 1.0
+    post, pre = Block(config(norm="post"), rngs=nnx.Rngs(0))(x), Block(config(norm="pre"), rngs=nnx.Rngs(0))(x)
+    chex.assert_trees_all_close(post.mean(-1), jnp.zeros((B, T)), atol=1e-5)
+    chex.assert_trees_all_close(post.var(-1), jnp.ones((B, T)), atol=1e-3)
+    assert np.abs(pre.mean(-1)).max() > 0.1
+
+
+def test_switching_off_both_sublayers_makes_a_block_the_identity():
+    block = randomize(Block(TINY, rngs=nnx.Rngs(0)))
+    block.use_mixer = block.use_ffn = False
+    x = hidden()
+    chex.assert_trees_all_close(block(x), x, atol=0)
+
+
+def test_switching_off_the_mixer_leaves_only_the_feed_forward_sublayer():
+    block = randomize(Block(TINY, rngs=nnx.Rngs(0)))
+    block.use_mixer = False
+    x = hidden()
+    chex.assert_trees_all_close(block(x), x + block.ffn(block.ln2(x)), atol=1e-6)
+
+
+def test_without_residual_the_mixer_output_replaces_the_stream():
+    block = randomize(Block(config(residual=False, feed_forward=False), rngs=nnx.Rngs(0)))
+    x = hidden()
+    chex.assert_trees_all_close(block(x), block.mixer(block.ln1(x)), atol=1e-6)
+
+
+def test_average_mixer_adds_the_prefix_mean():
+    block = Block(config(mixer="average", feed_forward=False, layer_norm=False), rngs=nnx.Rngs(0))
+    assert isinstance(block.mixer, UniformAverage)
+    x = hidden()
+    prefix_mean = jnp.cumsum(x, axis=1) / jnp.arange(1, T + 1)[:, None]
+    chex.assert_trees_all_close(block(x), x + prefix_mean, atol=1e-5)
+
+
+def test_head_is_causal_attention_on_its_projections():
+    head = randomize(Head(config(mixer="head"), rngs=nnx.Rngs(0)))
+    x = hidden()
+    q, k, v = (x @ p.kernel[...] for p in (head.q, head.k, head.v))
+    chex.assert_shape(head(x), (B, T, 32))
+    chex.assert_trees_all_close(head(x), F.attention(q, k, v, mask=F.causal_mask(T)), atol=1e-5)
+
+
+def test_unscaled_scores_equal_scaled_ones_with_queries_grown_by_sqrt_d_head():
+    unscaled = randomize(MultiHeadAttention(config(scale=False), rngs=nnx.Rngs(0)))
+    scaled = randomize(MultiHeadAttention(config(scale=True), rngs=nnx.Rngs(0)))
+    kernel = scaled.qkv.kernel[...]
+    scaled.qkv.kernel[...] = kernel.at[:, :32].multiply(np.sqrt(TINY.head_dim))   # the q columns
+    x = hidden()
+    chex.assert_trees_all_close(scaled(x), unscaled(x), atol=1e-5)
+    assert np.abs(unscaled(x) - randomize(MultiHeadAttention(TINY, rngs=nnx.Rngs(0)))(x)).max() > 1e-3
+
+
+def test_dropout_is_random_in_train_mode_and_deterministic_after_eval():
+    model = LanguageModel(config(dropout=0.2), rngs=nnx.Rngs(0))
+    idx = tokens()
+    assert np.abs(model(idx) - model(idx)).max() > 1e-4
+    model.eval()
+    chex.assert_trees_all_close(model(idx), model(idx), atol=0)
