@@ -90,14 +90,13 @@ def fit(model_config: ModelConfig, train_config: TrainConfig, train_tokens: np.n
     if workdir is not None:
         fingerprint = {"model": model_config.to_dict(), "train": dataclasses.asdict(tc), "seeds": seeds}
         ckpt = Checkpoints(workdir, tc.checkpoint_every, fingerprint, resume=resume)
-    log_file = (workdir / "metrics.jsonl").open("a") if workdir is not None else None
-
-    def log(record):
-        if log_file is not None:
-            log_file.write(json.dumps(record) + "\n")
-            log_file.flush()
-
     start, state = ckpt.restore(engine.abstract_state(seeds)) if ckpt else (0, None)
+
+    def log(record):   # append-only JSON lines; opened per record so no handle outlives fit
+        if workdir is not None:
+            with (workdir / "metrics.jsonl").open("a") as f:
+                f.write(json.dumps(record) + "\n")
+
     state = engine.init(seeds) if state is None else engine._replicate(state)
     done, t0 = start, time.perf_counter()
     bar = tqdm(total=tc.steps, initial=start, desc=desc, disable=not progress, dynamic_ncols=True, leave=False)
@@ -132,6 +131,4 @@ def fit(model_config: ModelConfig, train_config: TrainConfig, train_tokens: np.n
     val = engine.perplexity(state, val_tokens)
     train = engine.perplexity(state, train_tokens, max_windows=tc.train_eval_windows)
     log({"step": tc.steps, "train_ppl": train.tolist(), "val_ppl": val.tolist(), "seconds": seconds})
-    if log_file is not None:
-        log_file.close()
     return RunResult(seeds, train.tolist(), val.tolist(), tc.steps, seconds, start, state)

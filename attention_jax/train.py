@@ -124,8 +124,10 @@ class Engine:
         """exp(mean token NLL) over non-overlapping windows of `tokens`; one value per seed."""
         x, y = eval_windows(tokens, context or self.model_config.context, max_windows=max_windows)
         b = self.train_config.eval_batch
-        pad = -len(x) % b                          # pad with copies so every call has one shape
-        xp, yp = (np.concatenate([a, a[:pad]]) if pad else a for a in (x, y))
+        # Pad with repeated windows so every call has one shape (one compile); the copies'
+        # losses are dropped below.
+        rows = np.arange(len(x) + (-len(x) % b)) % len(x)
+        xp, yp = x[rows], y[rows]
         total = 0.0
         for i in range(0, len(xp), b):
             nll = np.asarray(self._nll(state, jnp.asarray(xp[i:i + b]), jnp.asarray(yp[i:i + b])))

@@ -1,0 +1,147 @@
+"""The ladder command end to end, on the smoke preset: files written, rows, parameter
+counts, claims, the row cache, --rows, and one-line errors with exit status 2.
+
+Training is paid once: one module fixture runs the command three times into one folder,
+as a user would: `--rows heads,no_context` (trains those two), the full ladder (trains the
+other eight, reuses the two), then the full ladder again (trains nothing).
+"""
+
+import contextlib
+import dataclasses
+import io
+import json
+import math
+import os
+import pathlib
+import time
+
+import pytest
+
+from attention_jax.data import CORPUS_NAME
+from experiments import ladder
+
+# Read before any fixture edits the environment; CI sets a path relative to the repo.
+_REPO = pathlib.Path(__file__).resolve().parents[1]
+_CANDIDATES = [_REPO / os.environ.get("ATTENTION_JAX_DATA", "."), _REPO.parent / "shared" / "data"]
+DATA = next((p for p in _CANDIDATES if (p / CORPUS_NAME).is_file()), None)
+NO_DATA = "tiny-shakespeare not found: set ATTENTION_JAX_DATA to a folder holding tinyshakespeare.txt"
+
+NAMES = [row[0] for row in ladder.ROWS]
+PARAMS = [263_168, 263_168, 279_552, 279_552, 328_704, 328_704, 345_216, 476_928, 477_696, 675_584]
+SMOKE = ["--preset", "smoke", "--no-progress"]
+
+
+def shared_cache(tmp_path_factory) -> pathlib.Path:
+    """One BPE cache for the whole session (training the BPE costs seconds), never $HOME's."""
+    return tmp_path_factory.getbasetemp() / "attention_jax_cache"
+
+
+@pytest.fixture(autouse=True)
+def isolated(tmp_path_factory, monkeypatch):
+    monkeypatch.setenv("ATTENTION_JAX_CACHE", str(shared_cache(tmp_path_factory)))
+
+
+@dataclasses.dataclass
+class Run:
+    code: int
+    stdout: str
+    seconds: float
+    results: dict | None
+    trained: list[str]      # row names with a checkpoint folder after this run
+
+    def printed_rows(self) -> dict[str, str]:
+        """name -> its line in the per-row progress output."""
+        return {line.split()[0]: line for line in self.stdout.splitlines()
+                if line.startswith("  ") and line.split()[0] in NAMES}
+
+
+@pytest.fixture(scope="module")
+def runs(tmp_path_factory):
+    if DATA is None:
+        pytest.skip(NO_DATA)
+    out = tmp_path_factory.mktemp("ladder_out")
+    folder = out / "ladder"
+    done = {}
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setenv("ATTENTION_JAX_CACHE", str(shared_cache(tmp_path_factory)))
+        mp.setenv("ATTENTION_JAX_DATA", str(DATA.absolute()))
+        for name, extra in [("subset", ["--rows", "heads,no_context"]), ("full", []), ("again", [])]:
+            buffer, t0 = io.StringIO(), time.perf_counter()
+            with contextlib.redirect_stdout(buffer):
+                code = ladder.main([*SMOKE, "--out", str(out), *extra])
+            seconds = time.perf_counter() - t0
+            results = json.loads((folder / "results.json").read_text()) if code == 0 else None
+            trained = sorted(p.name.rsplit("-", 1)[0] for p in (folder / "runs").iterdir()) \
+                if (folder / "runs").is_dir() else []
+            done[name] = Run(code, buffer.getvalue(), seconds, results, trained)
+    done["folder"] = folder
+    return done
+
+
+def test_rows_subset_trains_only_those(runs):
+    run = runs["subset"]
+    assert run.code == 0, run.stdout
+    assert [r["name"] for r in run.results["rows"]] == ["no_context", "heads"]  # the ladder's order
+    assert not any(r["cached"] for r in run.results["rows"])
+    assert sorted(run.printed_rows()) == ["heads", "no_context"]
+    assert run.trained == ["heads", "no_context"]
+    assert run.results["claims"] == []        # no claim compares these two
+
+
+def test_smoke_ladder_writes_table_results_and_plot(runs):
+    run, folder = runs["full"], runs["folder"]
+    assert run.code == 0, run.stdout
+    assert run.stdout.splitlines()[0] == "preset: smoke"
+    rows = run.results["rows"]
+    assert [r["name"] for r in rows] == NAMES
+    assert [r["params"] for r in rows] == PARAMS
+    for r in rows:
+        assert math.isfinite(r["train_ppl"]) and math.isfinite(r["val_ppl"]), r
+        assert 1 < r["val_ppl"] < 2 * 1024 and r["steps"] == 12 and r["seeds"] == [0]
+    # The two rows of the --rows run were reused, the other eight trained now.
+    assert [r["name"] for r in rows if r["cached"]] == ["no_context", "heads"]
+    assert run.trained == sorted(NAMES)
+    assert [r["book_val_ppl"] for r in rows] == [row[3] for row in ladder.ROWS]
+    assert rows[0]["change"] is None
+    assert rows[1]["change"] == pytest.approx(rows[1]["val_ppl"] - rows[0]["val_ppl"])
+    claims = run.results["claims"]
+    assert isinstance(claims, list) and claims
+    for c in claims:
+        assert set(c) == {"claim", "passed", "measured"}
+        assert isinstance(c["claim"], str) and isinstance(c["passed"], bool) and c["measured"]
+    assert run.results["preset"] == "smoke" and run.results["config"]["train"]["steps"] == 12
+    table = (folder / "table.md").read_text()
+    assert table.startswith("# ladder (preset: smoke)") and "## Claims" in table
+    assert all(f" {name} |" in table for name in NAMES)
+    assert "263,168" in table and "675,584" in table
+    assert all(c["claim"] in table for c in claims)
+    assert (folder / "ladder.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    assert "wrote" in run.stdout.splitlines()[-1]
+
+
+def test_same_command_again_is_cached_and_fast(runs):
+    full, again = runs["full"], runs["again"]
+    assert again.code == 0, again.stdout
+    printed = again.printed_rows()
+    assert sorted(printed) == sorted(NAMES)
+    assert all(line.endswith("(cached)") for line in printed.values()), printed
+    assert all(r["cached"] for r in again.results["rows"])
+    assert "[cached]" in full.stdout and "[cached]" in again.stdout   # the BPE was trained once
+    for a, b in zip(again.results["rows"], full.results["rows"]):
+        assert (a["train_ppl"], a["val_ppl"], a["key"]) == (b["train_ppl"], b["val_ppl"], b["key"])
+    assert again.results["claims"] == full.results["claims"]
+    assert again.seconds < min(20.0, full.seconds / 3), (again.seconds, full.seconds)
+
+
+@pytest.mark.parametrize("args, start", [
+    (["--preset", "nope"], "error: unknown preset 'nope'; choose one of: paper, cpu, smoke"),
+    ([*SMOKE, "--rows", "heads,bogus"], "error: unknown row 'bogus'; choose from: no_context"),
+    ([*SMOKE, "--seeds", "0"], "error: --seeds 0"),
+    ([*SMOKE, "--data", "/nonexistent"], "error: corpus not found at /nonexistent"),
+])
+def test_user_errors_are_one_line_and_exit_2(tmp_path, capsys, args, start):
+    code = ladder.main([*args, "--out", str(tmp_path / "out")])
+    err = capsys.readouterr().err
+    assert code == 2
+    assert len(err.strip().splitlines()) == 1 and err.startswith(start), err
+    assert not (tmp_path / "out").exists()     # nothing was started, so nothing was written
