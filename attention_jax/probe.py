@@ -18,7 +18,7 @@ def count_params(config: ModelConfig) -> int:
 
 
 def param_breakdown(model_or_config) -> dict[str, int]:
-    """Parameters per top-level part (token_embed, position_embed, blocks, ln_f, lm_head)."""
+    """Parameters per top-level part of a model, a config (whole model) or any abstract module."""
     model = model_or_config
     if isinstance(model, ModelConfig):
         model = nnx.eval_shape(lambda: LanguageModel(model_or_config, rngs=nnx.Rngs(0)))

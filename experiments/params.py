@@ -48,12 +48,7 @@ def formula(cfg: ModelConfig) -> dict[str, int]:
 
 def block_framework(cfg: ModelConfig) -> dict[str, int]:
     """One abstract Block's parameters grouped by sub-layer (mixer, ffn, ln1, ln2)."""
-    block = nnx.eval_shape(lambda: Block(cfg, rngs=nnx.Rngs(0)))
-    parts: dict[str, int] = {}
-    for path, leaf in jax.tree_util.tree_leaves_with_path(nnx.state(block, nnx.Param)):
-        top = str(getattr(path[0], "key", path[0]))
-        parts[top] = parts.get(top, 0) + leaf.size
-    return parts
+    return param_breakdown(nnx.eval_shape(lambda: Block(cfg, rngs=nnx.Rngs(0))))
 
 
 def block_row(d: int) -> dict:
