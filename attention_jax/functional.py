@@ -13,6 +13,7 @@ import math
 import jax
 import jax.numpy as jnp
 
+from attention_jax.fastpath import dense as _fast_dense
 from attention_jax.memory_efficient import memory_efficient_attention  # re-exported: part of the API
 
 
@@ -148,9 +149,8 @@ def alibi_bias(n_heads: int, n: int) -> jax.Array:
 # --- per-position layers ---------------------------------------------------------------
 
 def dense(x: jax.Array, kernel: jax.Array, bias: jax.Array | None = None) -> jax.Array:
-    """x·W (+ b) on the last axis: every projection in the model goes through here."""
-    y = jnp.einsum("...i,io->...o", x, kernel)
-    return y if bias is None else y + bias
+    """x·W (+ b) on the last axis, every projection; backward by hand (attention_jax.fastpath)."""
+    return _fast_dense(x, kernel, bias)
 
 
 def layer_norm(x: jax.Array, scale: jax.Array, bias: jax.Array | None, eps: float = 1e-5) -> jax.Array:

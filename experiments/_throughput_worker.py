@@ -1,0 +1,146 @@
+"""The contestants of experiments/throughput.py, each run in a process of its own.
+
+    python -m experiments._throughput_worker jax|torch --batch B [--warmup N] [--devices N]
+
+Each contestant needs its own process: the allocator (LD_PRELOAD, or glibc's mallopt,
+which must act before any thread exists) and the number of JAX CPU devices are fixed at
+start. After warming up it prints one JSON line, then serves requests on stdin: a number n
+runs and times n training steps (one JSON list of seconds back); `peak` times a 2048×2048
+float32 matmul on the same backend. `take_turns` is the parent's side: it alternates
+between contestants, so whatever else loads the machine weighs on all of them alike.
+"""
+from __future__ import annotations
+
+import ctypes
+import os
+import sys
+
+MALLOPT_ENV = "ATTENTION_JAX_MALLOPT"
+# glibc hands every allocation above 32 MB to mmap and gives it back on free, so XLA's
+# ~120-250 MB scratch area costs ~60k page faults (~100 ms of kernel time) every step.
+# One arena, no mmap and no trimming keep freed memory for the next step.
+# (M_ARENA_MAX, M_MMAP_MAX, M_TRIM_THRESHOLD, M_TOP_PAD); mallopt takes a C int.
+MALLOPT_SETTINGS = ((-8, 1), (-4, 0), (-1, 2**31 - 1), (-2, 64 << 20))
+
+
+def apply_mallopt() -> bool:
+    """Tune glibc malloc in this process; must run before the first thread starts."""
+    try:
+        libc = ctypes.CDLL("libc.so.6")
+        return all(libc.mallopt(param, value) == 1 for param, value in MALLOPT_SETTINGS)
+    except (OSError, AttributeError):   # not glibc: nothing to tune
+        return False
+
+
+MALLOPT_APPLIED = os.environ.get(MALLOPT_ENV) == "1" and __name__ == "__main__" and apply_mallopt()
+
+import argparse  # noqa: E402
+import json  # noqa: E402
+import subprocess  # noqa: E402
+import time  # noqa: E402
+
+import numpy as np  # noqa: E402
+
+VOCAB, CONTEXT = 1024, 128   # the ladder's "layer_norm" row; checked against its config below
+
+
+def jax_contestant(batch: int, devices: int):
+    import jax
+    if devices:
+        jax.config.update("jax_num_cpu_devices", devices)   # before the backend starts
+    import jax.numpy as jnp
+    from attention_jax.train import Engine, TrainConfig
+    from experiments.ladder import ROWS
+    cfg = dict((name, c) for name, _, c, _ in ROWS)["layer_norm"]
+    assert (cfg.vocab_size, cfg.context) == (VOCAB, CONTEXT)
+    engine = Engine(cfg, TrainConfig(batch_size=batch))   # AdamW, lr 1e-3: the ladder's step
+    state = engine.init([0])
+    tokens = np.random.default_rng(0).integers(0, VOCAB, 200_000).astype(np.int32)
+    batches = [engine.batch(tokens, [0], s) for s in range(4)]
+
+    def step(i):
+        nonlocal state
+        state, loss = engine.step(state, *batches[i % 4])
+        loss.block_until_ready()
+
+    def peak():
+        a = jnp.ones((2048, 2048), jnp.float32)
+        f = jax.jit(lambda x: x @ x)
+        f(a).block_until_ready()
+        ts = []
+        for _ in range(7):
+            t = time.perf_counter()
+            f(a).block_until_ready()
+            ts.append(time.perf_counter() - t)
+        return 2 * 2048**3 / float(np.median(ts))
+
+    info = {"backend": jax.default_backend(), "devices": jax.device_count()}
+    return step, peak, info
+
+
+def main(argv=None):
+    p = argparse.ArgumentParser()
+    p.add_argument("kind", choices=["jax", "torch"])
+    p.add_argument("--batch", type=int, required=True)
+    p.add_argument("--warmup", type=int, default=3)
+    p.add_argument("--devices", type=int, default=0, help="JAX CPU devices (0: JAX's default)")
+    args = p.parse_args(argv)
+    if args.kind == "jax":
+        step, peak, info = jax_contestant(args.batch, args.devices)
+    else:
+        from experiments._throughput_torch import torch_contestant
+        step, peak, info = torch_contestant(args.batch, VOCAB, CONTEXT)
+    for i in range(args.warmup):   # compiles, fills the allocator's caches
+        step(i)
+    info["mallopt"] = bool(MALLOPT_APPLIED)
+    print(json.dumps(info), flush=True)
+    done = args.warmup
+    for line in sys.stdin:
+        if line.strip() == "peak":
+            print(json.dumps({"peak_flops": peak() if peak else None}), flush=True)
+            continue
+        times = []
+        for _ in range(int(line)):
+            t = time.perf_counter()
+            step(done)
+            times.append(time.perf_counter() - t)
+            done += 1
+        print(json.dumps(times), flush=True)
+
+
+def take_turns(rows: dict, p: dict, env=None) -> dict[str, dict]:
+    """Parent side: start every contestant at once, then let them take turns; seconds per step.
+
+    rows: name -> (worker arguments, extra environment, ...); p: batch, warmup, rounds, steps.
+    """
+    procs = {}
+    for name, (args, extra, *_) in rows.items():
+        cmd = [sys.executable, "-m", "experiments._throughput_worker", *args, "--batch", str(p["batch"]),
+               "--warmup", str(p["warmup"])]
+        procs[name] = subprocess.Popen(cmd, stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True,
+                                       env={**(os.environ if env is None else env), **extra})
+
+    def ask(name, line):
+        procs[name].stdin.write(line + "\n")
+        procs[name].stdin.flush()
+        return json.loads(procs[name].stdout.readline())
+
+    try:
+        info = {name: json.loads(proc.stdout.readline() or "null") for name, proc in procs.items()}
+        failed = [name for name, i in info.items() if i is None]
+        if failed:
+            raise RuntimeError(f"contestant(s) {', '.join(failed)} failed to start (see stderr above)")
+        info["ours"].update(ask("ours", "peak"))
+        times = {name: [] for name in procs}
+        for _ in range(p["rounds"]):
+            for name in procs:
+                times[name] += ask(name, str(p["steps"]))
+    finally:
+        for proc in procs.values():
+            proc.stdin.close()
+            proc.wait(timeout=60)
+    return {name: {**info[name], "times": times[name]} for name in procs}
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,146 @@
+"""Training-step throughput of the ladder's one-block model: JAX (ours) vs PyTorch eager.
+
+`python -m experiments.throughput [--preset smoke|cpu|paper] [--json]` times the ladder's
+"layer_norm" row (vocab 1024, context 128, d 128, 4 heads, one pre-norm block) through
+`Engine.step`, the compiled step every experiment uses (AdamW, lr 1e-3), against a torch twin
+(nanoGPT style: SDPA, exact GELU, torch.optim.AdamW) at the same batch. Each contestant has
+its own process and they take turns, a few steps each, so other load on the machine weighs on
+all alike; medians are reported. Ours: the best allocator found (see `allocators`), data
+parallel over the cores (one JAX CPU device each, Engine's mesh); also on one device. Torch:
+as installed, then with each allocator found. Useful FLOPs per token = 6·N + 12·L·T·d (N =
+parameters outside the embedding tables: PaLM's count, attention as if unmasked); MFU divides
+by a 2048² float32 matmul timed on the same backend in the same run.
+"""
+from __future__ import annotations
+
+import ctypes.util
+import glob
+import json
+import os
+import sysconfig
+
+import numpy as np
+
+from attention_jax import cli, report
+from attention_jax.errors import ConfigError
+from attention_jax.probe import param_breakdown
+from experiments._throughput_worker import CONTEXT, MALLOPT_ENV, take_turns
+from experiments.ladder import ROWS
+
+NAME = "throughput"
+PRESETS = {   # rounds × steps timed per contestant, after `warmup` steps
+    "smoke": dict(batch=8, warmup=1, rounds=2, steps=1),
+    "cpu": dict(batch=64, warmup=3, rounds=10, steps=3),
+    "paper": dict(batch=64, warmup=5, rounds=10, steps=5),
+}
+CLAIM = "JAX step faster than PyTorch eager on the same CPU"
+
+
+def allocators() -> dict[str, tuple[dict, str]]:
+    """Allocators that keep freed memory, best first: name -> (environment, in words).
+
+    XLA takes a ~120-250 MB scratch area every step, which glibc maps and unmaps each time
+    (page faults: +60-100 ms a step). Measured best: mimalloc (`pip install cmeel-mimalloc`),
+    jemalloc (`apt-get install libjemalloc2`), then glibc tuned by mallopt (always there).
+    """
+    found = {}
+    wheel = sorted(glob.glob(os.path.join(sysconfig.get_paths()["purelib"], "cmeel.prefix/lib/libmimalloc.so*")))
+    lib = ctypes.util.find_library("mimalloc") or (wheel[0] if wheel else None)
+    if lib:
+        found["mimalloc"] = ({"LD_PRELOAD": lib, "MIMALLOC_PURGE_DELAY": "-1"}, "mimalloc, LD_PRELOAD, purge off")
+    lib = ctypes.util.find_library("jemalloc")
+    if lib:
+        found["jemalloc"] = ({"LD_PRELOAD": lib, "MALLOC_CONF": "dirty_decay_ms:-1,muzzy_decay_ms:-1"},
+                             "jemalloc, LD_PRELOAD, decay off")
+    found["mallopt"] = ({MALLOPT_ENV: "1"}, "glibc, mallopt in-process")
+    return found
+
+
+def cpu_devices(batch: int) -> int:
+    """JAX CPU devices for data parallelism: one per core, each with >= 32 sequences.
+
+    One device runs the small per-head attention matmuls on one thread while the other
+    cores wait; one device per core runs them side by side (batch 64 on 2 cores: -5%).
+    With few sequences per device the gradient all-reduce costs more than it saves.
+    """
+    cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1)
+    return max(n for n in range(1, min(cores, batch // 32) + 1) if batch % n == 0) if batch >= 32 else 1
+
+
+def contestants(p: dict, allocator: str, torch: bool, one_device: bool) -> dict[str, tuple[list[str], dict, str]]:
+    """name -> (worker arguments, extra environment, allocator in words)."""
+    found = {**allocators(), "system": ({}, "glibc, default")}
+    env, words = found[next(iter(found)) if allocator == "auto" else allocator]
+    rows = {"ours": (["jax", "--devices", str(cpu_devices(p["batch"]))], env, words)}
+    if one_device:
+        rows["ours, 1 device"] = (["jax", "--devices", "1"], env, words)
+    if torch:   # as its users run it, then with each allocator we could have used
+        rows["torch"] = (["torch"], {}, "glibc, default")
+        rows.update({f"torch + {name}": (["torch"], e, w) for name, (e, w) in found.items() if name != "system"})
+    return rows
+
+
+def _main(argv=None):
+    parser = cli.parser(NAME, __doc__.splitlines()[0], PRESETS)
+    parser.add_argument("--json", action="store_true", help="print one JSON line with the numbers, last")
+    parser.add_argument("--no-torch", action="store_true", help="time ours only")
+    parser.add_argument("--rounds", type=int, default=None, help="turns per contestant (preset's default)")
+    parser.add_argument("--allocator", default="auto", help="ours': auto (best found), mimalloc, jemalloc, "
+                        "mallopt (glibc tuned in-process) or system (glibc as is)")
+    args = parser.parse_args(argv)
+    worker_env = dict(os.environ)
+    # This process only looks for an accelerator; on a GPU it must not reserve its memory.
+    os.environ.setdefault("XLA_PYTHON_CLIENT_PREALLOCATE", "false")
+    preset, p = cli.choose_preset(args.preset, PRESETS)
+    p = {**p, **({"rounds": args.rounds} if args.rounds else {})}
+    cfg = dict((name, c) for name, _, c, _ in ROWS)["layer_norm"]
+    n_params = sum(n for part, n in param_breakdown(cfg).items() if part not in ("token_embed", "position_embed"))
+    tokens = p["batch"] * CONTEXT
+    flops = tokens * (6 * n_params + 12 * cfg.n_layers * CONTEXT * cfg.d_model)
+    if args.allocator not in ("auto", "system", *allocators()):
+        raise ConfigError(f"--allocator {args.allocator}: not available here; choose auto, system or one "
+                          f"found: {', '.join(allocators())}")
+    rows = contestants(p, args.allocator, torch=not args.no_torch, one_device=cli.accelerator() is None)
+    got = take_turns(rows, p, worker_env)
+    peak = got["ours"]["peak_flops"]
+    ours_ms = 1e3 * float(np.median(got["ours"]["times"]))
+    records = []
+    for name, r in got.items():
+        ms, p25, p75 = (float(np.percentile(1e3 * np.asarray(r["times"]), q)) for q in (50, 25, 75))
+        records.append(dict(name=name, allocator=rows[name][2], backend=r["backend"], ms=ms, p25=p25, p75=p75,
+                            parallel=f"{r['devices']} device(s)" if "devices" in r else f"{r['threads']} threads",
+                            tokens_per_s=tokens / ms * 1e3, mfu=flops / ms * 1e3 / peak, vs_ours=ms / ours_ms))
+    by = {r["name"]: r for r in records}
+    columns = [("name", "contestant", ""), ("allocator", "allocator", ""), ("parallel", "parallel", ""),
+               ("ms", "ms/step (median)", ".1f"), ("p25", "p25", ".1f"), ("p75", "p75", ".1f"),
+               ("tokens_per_s", "tokens/s", ",.0f"), ("mfu", "MFU", ".2f"), ("vs_ours", "ms / ours", ".2f")]
+    table = report.format_table(columns, records)
+    summary = dict(ms_per_step=ours_ms, tokens_per_s=by["ours"]["tokens_per_s"], mfu=by["ours"]["mfu"],
+                   backend=by["ours"]["backend"], devices=got["ours"]["devices"], allocator=rows["ours"][2],
+                   mallopt=got["ours"]["mallopt"], allocators_found=list(allocators()),
+                   flops_per_step=flops, flops_per_s=flops / ours_ms * 1e3, peak_flops=peak, batch=p["batch"])
+    claims = []   # none without torch
+    if "torch" in by:
+        torch_refs = {n: r["ms"] for n, r in by.items() if n.startswith("torch")}
+        best = min(torch_refs, key=torch_refs.get)
+        summary.update(torch_ms_per_step=by["torch"]["ms"], ratio=ours_ms / by["torch"]["ms"],
+                       torch_best=best, torch_best_ms_per_step=torch_refs[best],
+                       ratio_best=ours_ms / torch_refs[best])
+        claims = [report.claim(CLAIM, ours_ms < by["torch"]["ms"], f"{ours_ms:.1f} vs {by['torch']['ms']:.1f} "
+                               f"ms/step (ratio {summary['ratio']:.2f})"),
+                  report.claim("JAX step faster than the fastest PyTorch allocator setup tried",
+                               ours_ms < torch_refs[best], f"{ours_ms:.1f} vs {torch_refs[best]:.1f} ms/step, "
+                               f"{best} (ratio {summary['ratio_best']:.2f})")]
+    print(f"{tokens:,} tokens/step, {flops / 1e9:.2f} GFLOP/step (6·{n_params:,} + 12·L·T·d per token), "
+          f"matmul peak {peak / 1e9:.0f} GFLOP/s\n\n{table}\n\n{report.format_claims(claims)}")
+    folder = report.write_results(args.out, NAME, rows=records, claims=claims, tables={"Training step": table},
+                                  preset=preset, config={**p, "model": cfg.to_dict()}, extra={"summary": summary})
+    print(f"wrote {folder}/table.md, results.json")
+    if args.json:
+        print(json.dumps(summary))
+
+
+main = cli.main(_main)
+
+if __name__ == "__main__":
+    raise SystemExit(main())

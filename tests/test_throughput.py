@@ -1,0 +1,92 @@
+"""experiments/throughput.py on its smoke preset, and the fast paths it measures giving the
+same numbers as the plain formulas (attention_jax.fastpath: dense's hand-written backward,
+attention scored in two causal halves)."""
+from __future__ import annotations
+
+import json
+
+import chex
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+
+from attention_jax import fastpath
+from attention_jax import functional as F
+from experiments import throughput
+
+
+def test_smoke_run_prints_one_json_line_and_writes_the_claim(tmp_path, capsys):
+    assert throughput.main(["--preset", "smoke", "--out", str(tmp_path), "--json"]) == 0
+    summary = json.loads(capsys.readouterr().out.strip().splitlines()[-1])
+    for key in ("ms_per_step", "tokens_per_s", "mfu", "flops_per_s", "peak_flops", "torch_ms_per_step", "ratio"):
+        assert summary[key] > 0, key
+    assert summary["backend"] == "cpu" and summary["devices"] >= 1
+    assert summary["allocator"] and "mallopt" in summary["allocators_found"]   # glibc's is always there
+    assert summary["tokens_per_s"] == pytest.approx(8 * 128 / summary["ms_per_step"] * 1e3)
+    results = json.loads((tmp_path / "throughput" / "results.json").read_text())
+    names = [r["name"] for r in results["rows"]]
+    assert {"ours", "ours, 1 device", "torch", "torch + mallopt"} <= set(names)
+    assert results["claims"][0]["claim"] == throughput.CLAIM
+    assert f"ratio {summary['ratio']:.2f}" in results["claims"][0]["measured"]
+
+
+def test_the_model_flop_count_is_palms_formula():
+    # 6·N + 12·L·T·d per token, N = 477,696 parameters less the two embedding tables.
+    n = 477_696 - 1024 * 128 - 128 * 128
+    assert n == 330_240 and 64 * 128 * (6 * n + 12 * 128 * 128) == pytest.approx(17.84e9, rel=1e-3)
+
+
+def test_cpu_devices_split_the_batch_and_keep_32_sequences_each():
+    n = throughput.cpu_devices(64)
+    assert n in (1, 2) and throughput.cpu_devices(8) == 1 and throughput.cpu_devices(96) in (1, 2, 3)
+
+
+@pytest.mark.parametrize("n_in, n_out, bias", [(8, 24, True), (24, 8, True), (16, 16, False)])
+def test_dense_gradients_equal_plain_einsum_gradients(n_in, n_out, bias, rng):
+    x = rng.standard_normal((3, 5, n_in)).astype(np.float32)
+    w = rng.standard_normal((n_in, n_out)).astype(np.float32)
+    b = rng.standard_normal((n_out,)).astype(np.float32) if bias else None
+    probe = rng.standard_normal((3, 5, n_out)).astype(np.float32)
+
+    def plain(x, w, b):
+        y = jnp.einsum("...i,io->...o", x, w)
+        return y if b is None else y + b
+
+    loss = lambda f: (lambda x, w, b: jnp.sum(jnp.sin(f(x, w, b)) * probe))
+    argnums = (0, 1, 2) if bias else (0, 1)
+    ours = jax.jit(jax.grad(loss(F.dense), argnums))(x, w, b)
+    theirs = jax.jit(jax.grad(loss(plain), argnums))(x, w, b)
+    chex.assert_trees_all_close(F.dense(x, w, b), plain(x, w, b), atol=1e-6)
+    chex.assert_trees_all_close(ours, theirs, atol=1e-5)
+    # and per seed under vmap, as the engine trains several seeds at once
+    ws = np.stack([w, 2 * w])
+    per_seed = jax.vmap(lambda w: jax.grad(loss(F.dense), 1)(x, w, b))(ws)
+    chex.assert_trees_all_close(per_seed, jax.vmap(lambda w: jax.grad(loss(plain), 1)(x, w, b))(ws), atol=1e-5)
+
+
+@pytest.mark.parametrize("T, with_bias", [(1, False), (7, True), (16, False)])
+def test_attention_in_causal_halves_equals_one_masked_softmax(T, with_bias, rng):
+    q, k, v = (rng.standard_normal((2, 3, T, 8)).astype(np.float32) for _ in range(3))
+    bias = F.alibi_bias(3, T) if with_bias else None
+
+    def plain(q, k, v):
+        w = F.attention_weights(q, k, mask=F.causal_mask(T), bias=bias)
+        return jnp.einsum("...TS,...SD->...TD", w, v), w
+
+    def halves(q, k, v):
+        return fastpath.causal_attention(q, k, v, bias=bias, return_weights=True)
+
+    (out, w), (ref_out, ref_w) = jax.jit(halves)(q, k, v), jax.jit(plain)(q, k, v)
+    chex.assert_trees_all_close((out, w), (ref_out, ref_w), atol=1e-6)
+    assert np.all(np.asarray(w)[..., np.triu_indices(T, 1)[0], np.triu_indices(T, 1)[1]] == 0.0)
+    grad = lambda f: jax.jit(jax.grad(lambda *a: jnp.sum(jnp.cos(f(*a)[0])), (0, 1, 2)))(q, k, v)
+    chex.assert_trees_all_close(grad(halves), grad(plain), atol=1e-5)
+
+
+def test_a_fully_masked_half_gives_zero_weights_not_nan():
+    q = k = v = jnp.ones((1, 4, 2))
+    attend = jax.jit(lambda q, k, v: fastpath.causal_attention(q, k, v, bias=jnp.full((4, 4), -jnp.inf),
+                                                               return_weights=True))
+    out, w = attend(q, k, v)
+    assert np.all(np.isfinite(np.asarray(out))) and np.all(np.asarray(w) == 0.0)
