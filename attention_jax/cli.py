@@ -13,6 +13,7 @@ import os
 import sys
 from typing import Callable, Mapping
 
+from attention_jax.allocator import apply_mallopt
 from attention_jax.errors import ConfigError, UserError
 
 
@@ -61,6 +62,8 @@ def main(fn: Callable[[list[str] | None], object]) -> Callable[[list[str] | None
     """Wrap an experiment's entry point: user errors and Ctrl-C become one line and an exit code."""
     @functools.wraps(fn)
     def wrapped(argv: list[str] | None = None) -> int:
+        if argv is None:   # a command-line run (tests pass argv): keep XLA's scratch memory
+            apply_mallopt()
         try:
             fn(argv)
         except UserError as e:

@@ -13,6 +13,7 @@ from attention_jax.errors import ConfigError
 MIXERS = ("none", "average", "head", "heads")
 POSITIONS = ("none", "learned", "sinusoidal", "rope", "alibi")
 NORMS = ("pre", "post")
+INITS = ("torch", "gpt2")
 
 
 @dataclasses.dataclass(frozen=True)
@@ -38,6 +39,7 @@ class ModelConfig:
     tie_embeddings: bool = False       # output layer reuses the token table
     bias: bool = True                  # biases in W_o, feed-forward, LayerNorm, output layer
     qkv_bias: bool = False             # the chapter's heads have none; GPT-2's do
+    init: str = "torch"                # PyTorch's default initialisation (the book's), or GPT-2's
     ln_eps: float = 1e-5
     rope_base: float = 10000.0
 
@@ -49,6 +51,7 @@ class ModelConfig:
         need(self.mixer in MIXERS, f"mixer={self.mixer!r}; choose one of {', '.join(MIXERS)}")
         need(self.positions in POSITIONS, f"positions={self.positions!r}; choose one of {', '.join(POSITIONS)}")
         need(self.norm in NORMS, f"norm={self.norm!r}; choose 'pre' or 'post'")
+        need(self.init in INITS, f"init={self.init!r}; choose 'torch' or 'gpt2'")
         for name in ("vocab_size", "context", "d_model", "n_layers", "n_heads", "ff_mult"):
             need(isinstance(getattr(self, name), int) and getattr(self, name) > 0,
                  f"{name}={getattr(self, name)!r} must be a positive integer")
@@ -97,4 +100,5 @@ class ModelConfig:
 
 # GPT-2 small, as released: 124,439,808 parameters with the output tied to the token table.
 GPT2_SMALL = ModelConfig(vocab_size=50257, context=1024, d_model=768, n_layers=12, n_heads=12,
-                         mixer="heads", positions="learned", tie_embeddings=True, qkv_bias=True)
+                         mixer="heads", positions="learned", tie_embeddings=True, qkv_bias=True,
+                         init="gpt2")

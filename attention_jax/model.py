@@ -16,14 +16,27 @@ from attention_jax import functional as F
 from attention_jax.config import ModelConfig
 from attention_jax.errors import ConfigError
 
-# GPT-2's initialisation: small normal weights, zero biases, identity norms.
-_init = nnx.initializers.normal(stddev=0.02)
+# Two initialisations (`ModelConfig.init`). "torch": PyTorch's defaults, which the book's
+# numbers were trained with: nn.Linear U(±1/√fan_in) for weights and biases, nn.Embedding
+# N(0, 1). Unit-variance embeddings give a fresh head non-uniform scores at once, so it
+# starts learning where to look from the first steps. "gpt2": N(0, 0.02) weights and
+# embeddings, zero biases. LayerNorm starts as the identity in both.
+def _kernel_init(kind: str):
+    if kind == "torch":
+        return nnx.initializers.variance_scaling(1.0 / 3.0, "fan_in", "uniform")
+    return nnx.initializers.normal(stddev=0.02)
+
+
+def _embed_init(kind: str):
+    return nnx.initializers.normal(stddev=1.0 if kind == "torch" else 0.02)
 
 
 class Dense(nnx.Module):
-    def __init__(self, d_in: int, d_out: int, *, bias: bool, rngs: nnx.Rngs):
-        self.kernel = nnx.Param(_init(rngs.params(), (d_in, d_out)))
-        self.bias = nnx.Param(jnp.zeros((d_out,))) if bias else None
+    def __init__(self, d_in: int, d_out: int, *, bias: bool, init: str, rngs: nnx.Rngs):
+        self.kernel = nnx.Param(_kernel_init(init)(rngs.params(), (d_in, d_out)))
+        bound = d_in ** -0.5 if init == "torch" else 0.0
+        self.bias = nnx.Param(jax.random.uniform(rngs.params(), (d_out,), minval=-bound, maxval=bound)) \
+            if bias else None
 
     def __call__(self, x):
         return F.dense(x, self.kernel[...], None if self.bias is None else self.bias[...])
@@ -73,9 +86,9 @@ class Head(_Attention):
         d, dh = config.d_model, config.head_dim
         self.config, self.sow_weights = config, False
         self.weight_dropout = _dropout(config, rngs)
-        self.q = Dense(d, dh, bias=config.qkv_bias, rngs=rngs)
-        self.k = Dense(d, dh, bias=config.qkv_bias, rngs=rngs)
-        self.v = Dense(d, dh, bias=config.qkv_bias, rngs=rngs)
+        self.q = Dense(d, dh, bias=config.qkv_bias, init=config.init, rngs=rngs)
+        self.k = Dense(d, dh, bias=config.qkv_bias, init=config.init, rngs=rngs)
+        self.v = Dense(d, dh, bias=config.qkv_bias, init=config.init, rngs=rngs)
 
     def __call__(self, x):                                   # [B, T, D] -> [B, T, D_head]
         q, k, v = (p(x)[..., None, :, :] for p in (self.q, self.k, self.v))
@@ -88,8 +101,8 @@ class MultiHeadAttention(_Attention):
     def __init__(self, config: ModelConfig, *, rngs: nnx.Rngs):
         d, h, dh = config.d_model, config.num_heads, config.head_dim
         self.config, self.sow_weights = config, False
-        self.qkv = Dense(d, 3 * h * dh, bias=config.qkv_bias, rngs=rngs)   # one matmul for all
-        self.out = Dense(h * dh, d, bias=config.bias, rngs=rngs)
+        self.qkv = Dense(d, 3 * h * dh, bias=config.qkv_bias, init=config.init, rngs=rngs)   # one matmul for all
+        self.out = Dense(h * dh, d, bias=config.bias, init=config.init, rngs=rngs)
         self.weight_dropout = _dropout(config, rngs)
 
     def __call__(self, x):                                   # [B, T, D] -> [B, T, D]
@@ -106,8 +119,8 @@ class FeedForward(nnx.Module):
     """Computation within a position: widen 4×, exact GELU, narrow back."""
 
     def __init__(self, config: ModelConfig, *, rngs: nnx.Rngs):
-        self.up = Dense(config.d_model, config.d_ff, bias=config.bias, rngs=rngs)
-        self.down = Dense(config.d_ff, config.d_model, bias=config.bias, rngs=rngs)
+        self.up = Dense(config.d_model, config.d_ff, bias=config.bias, init=config.init, rngs=rngs)
+        self.down = Dense(config.d_ff, config.d_model, bias=config.bias, init=config.init, rngs=rngs)
 
     def __call__(self, x):
         return self.down(F.gelu(self.up(x)))
@@ -156,8 +169,8 @@ class LanguageModel(nnx.Module):
     def __init__(self, config: ModelConfig, *, rngs: nnx.Rngs):
         d = config.d_model
         self.config = config
-        self.token_embed = nnx.Embed(config.vocab_size, d, embedding_init=_init, rngs=rngs)
-        self.position_embed = (nnx.Embed(config.position_rows, d, embedding_init=_init, rngs=rngs)
+        self.token_embed = nnx.Embed(config.vocab_size, d, embedding_init=_embed_init(config.init), rngs=rngs)
+        self.position_embed = (nnx.Embed(config.position_rows, d, embedding_init=_embed_init(config.init), rngs=rngs)
                                if config.positions == "learned" else None)
         self.drop = _dropout(config, rngs)
         self.blocks = nnx.List([Block(config, rngs=rngs) for _ in range(config.n_layers)])
@@ -165,7 +178,7 @@ class LanguageModel(nnx.Module):
         self.ln_f = (LayerNorm(d, bias=config.bias, eps=config.ln_eps)
                      if config.layer_norm and config.norm == "pre" else None)
         self.lm_head = None if config.tie_embeddings else \
-            Dense(d, config.vocab_size, bias=config.bias, rngs=rngs)
+            Dense(d, config.vocab_size, bias=config.bias, init=config.init, rngs=rngs)
 
     def __call__(self, tokens):
         cfg, T = self.config, tokens.shape[-1]

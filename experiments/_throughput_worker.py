@@ -11,26 +11,12 @@ between contestants, so whatever else loads the machine weighs on all of them al
 """
 from __future__ import annotations
 
-import ctypes
 import os
 import sys
 
-MALLOPT_ENV = "ATTENTION_JAX_MALLOPT"
-# glibc hands every allocation above 32 MB to mmap and gives it back on free, so XLA's
-# ~120-250 MB scratch area costs ~60k page faults (~100 ms of kernel time) every step.
-# One arena, no mmap and no trimming keep freed memory for the next step.
-# (M_ARENA_MAX, M_MMAP_MAX, M_TRIM_THRESHOLD, M_TOP_PAD); mallopt takes a C int.
-MALLOPT_SETTINGS = ((-8, 1), (-4, 0), (-1, 2**31 - 1), (-2, 64 << 20))
-
-
-def apply_mallopt() -> bool:
-    """Tune glibc malloc in this process; must run before the first thread starts."""
-    try:
-        libc = ctypes.CDLL("libc.so.6")
-        return all(libc.mallopt(param, value) == 1 for param, value in MALLOPT_SETTINGS)
-    except (OSError, AttributeError):   # not glibc: nothing to tune
-        return False
-
+# Imported before jax on purpose: mallopt must act before any thread exists. The package
+# import runs no jax computation, so no thread pool has started yet.
+from attention_jax.allocator import MALLOPT_ENV, apply_mallopt
 
 MALLOPT_APPLIED = os.environ.get(MALLOPT_ENV) == "1" and __name__ == "__main__" and apply_mallopt()
 

@@ -41,7 +41,7 @@ ROWS = _rows()
 BOOK_TRAIN = {"layer_norm": 18.77, "two_blocks": 14.49}
 PRESETS = {
     "paper": TrainConfig(steps=3000, batch_size=64, lr=1e-3, checkpoint_every=500),
-    "cpu": TrainConfig(steps=600, batch_size=32, lr=1e-3, checkpoint_every=200, train_eval_windows=120),
+    "cpu": TrainConfig(steps=750, batch_size=32, lr=1e-3, checkpoint_every=250, train_eval_windows=120),
     "smoke": TrainConfig(steps=12, batch_size=8, lr=1e-3, checkpoint_every=6, log_every=6,
                          train_eval_windows=16),
 }
