@@ -11,3 +11,7 @@ from attention_jax.model import Block, FeedForward, Head, LanguageModel, MultiHe
 from attention_jax.probe import ablate, capture_attention, count_params
 
 __version__ = "0.1.0"
+
+__all__ = ["functional", "ModelConfig", "GPT2_SMALL", "UserError", "ConfigError", "DataError",
+           "CheckpointError", "Head", "MultiHeadAttention", "FeedForward", "Block", "LanguageModel",
+           "count_params", "capture_attention", "ablate"]

@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import argparse
 import functools
-import os
 import sys
 from typing import Callable, Mapping
 
@@ -75,7 +74,3 @@ def main(fn: Callable[[list[str] | None], object]) -> Callable[[list[str] | None
             return 130
         return 0
     return wrapped
-
-
-def env_flag(name: str) -> bool:
-    return os.environ.get(name, "").lower() in ("1", "true", "yes")

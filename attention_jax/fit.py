@@ -97,7 +97,7 @@ def fit(model_config: ModelConfig, train_config: TrainConfig, train_tokens: np.n
             with (workdir / "metrics.jsonl").open("a") as f:
                 f.write(json.dumps(record) + "\n")
 
-    state = engine.init(seeds) if state is None else engine._replicate(state)
+    state = engine.init(seeds) if state is None else engine.replicate(state)
     done, t0 = start, time.perf_counter()
     bar = tqdm(total=tc.steps, initial=start, desc=desc, disable=not progress, dynamic_ncols=True, leave=False)
     try:

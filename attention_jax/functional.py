@@ -14,7 +14,7 @@ import jax
 import jax.numpy as jnp
 
 from attention_jax.fastpath import dense as _fast_dense
-from attention_jax.memory_efficient import memory_efficient_attention  # re-exported: part of the API
+from attention_jax.memory_efficient import memory_efficient_attention  # noqa: F401  (part of the API)
 
 
 # --- masks and scores ------------------------------------------------------------------

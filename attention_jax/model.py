@@ -34,9 +34,9 @@ def _embed_init(kind: str):
 class Dense(nnx.Module):
     def __init__(self, d_in: int, d_out: int, *, bias: bool, init: str, rngs: nnx.Rngs):
         self.kernel = nnx.Param(_kernel_init(init)(rngs.params(), (d_in, d_out)))
-        bound = d_in ** -0.5 if init == "torch" else 0.0
-        self.bias = nnx.Param(jax.random.uniform(rngs.params(), (d_out,), minval=-bound, maxval=bound)) \
-            if bias else None
+        bound = d_in ** -0.5
+        torch_bias = lambda: jax.random.uniform(rngs.params(), (d_out,), minval=-bound, maxval=bound)
+        self.bias = nnx.Param(torch_bias() if init == "torch" else jnp.zeros((d_out,))) if bias else None
 
     def __call__(self, x):
         return F.dense(x, self.kernel[...], None if self.bias is None else self.bias[...])

@@ -8,7 +8,7 @@ import jax
 from flax import nnx
 
 from attention_jax.config import ModelConfig
-from attention_jax.model import Block, Head, LanguageModel, MultiHeadAttention
+from attention_jax.model import Head, LanguageModel, MultiHeadAttention
 
 
 def count_params(config: ModelConfig) -> int:

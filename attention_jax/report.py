@@ -93,6 +93,14 @@ def write_results(out: str | os.PathLike, name: str, *, rows: list[dict], claims
     return folder
 
 
+def publish(out: str | os.PathLike, name: str, *, claims: list[dict], **results) -> pathlib.Path:
+    """How every experiment ends: print the claims, write the results, say where."""
+    print("\n" + format_claims(claims))
+    folder = write_results(out, name, claims=claims, **results)
+    print(f"\nwrote {folder}")
+    return folder
+
+
 def save_figure(fig, path: pathlib.Path) -> pathlib.Path:
     """Save a matplotlib figure as PNG and close it (plots never open a window)."""
     path.parent.mkdir(parents=True, exist_ok=True)

@@ -13,8 +13,6 @@ import json
 import pathlib
 from typing import Sequence
 
-import numpy as np
-
 from attention_jax import cli
 from attention_jax.config import ModelConfig
 from attention_jax.data import load_tokens, resolve_corpus, train_val_split
@@ -81,7 +79,3 @@ def seeds_from(n: int) -> list[int]:
     if n < 1:
         raise cli.ConfigError(f"--seeds {n}: train at least one seed")
     return list(range(n))
-
-
-def finite(x) -> bool:
-    return bool(np.isfinite(x))

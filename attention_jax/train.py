@@ -9,7 +9,6 @@ and with several devices the batch axis is sharded over all of them.
 from __future__ import annotations
 
 import dataclasses
-import functools
 
 import jax
 import jax.numpy as jnp
@@ -104,7 +103,7 @@ class Engine:
     # -- host-side API --------------------------------------------------------------------
     def init(self, seeds) -> nnx.State:
         keys = jax.vmap(jax.random.key)(jnp.asarray(seeds)) if self.vmapped else jax.random.key(seeds[0])
-        return self._replicate(self._init(keys))
+        return self.replicate(self._init(keys))
 
     def abstract_state(self, seeds):
         keys = jax.vmap(jax.random.key)(jnp.asarray(seeds)) if self.vmapped else jax.random.key(seeds[0])
@@ -142,7 +141,7 @@ class Engine:
         spec = P(None, "data") if self.vmapped else P("data")
         return jax.device_put(a, NamedSharding(self.mesh, spec))
 
-    def _replicate(self, state):
+    def replicate(self, state):
         return state if self.mesh is None else jax.device_put(state, NamedSharding(self.mesh, P()))
 
 

@@ -100,11 +100,9 @@ def run(args) -> dict:
         "the averaging matrix has rows summing to 1 and a zero upper triangle",
         m["row_sum"] < ROUNDING and m["upper"] == 0,
         f"max |row sum - 1| = {m['row_sum']:.3g}, max |upper| = {m['upper']:.3g} (T = {T})"))
-    print("\n" + report.format_claims(claims))
-    folder = report.write_results(args.out, NAME, rows=rows, claims=claims, preset=preset, config=p,
-                                  tables={"Same average, four ways": table, "The 6×6 averaging matrix": matrix},
-                                  extra={"averaging_matrix_6x6": small})
-    print(f"\nwrote {folder}")
+    report.publish(args.out, NAME, rows=rows, claims=claims, preset=preset, config=p,
+                   tables={"Same average, four ways": table, "The 6×6 averaging matrix": matrix},
+                   extra={"averaging_matrix_6x6": small})
     return {"rows": rows, "claims": claims, "preset": preset, "config": p}
 
 

@@ -126,12 +126,10 @@ def _main(argv=None):
     table = report.format_table(columns, records)
     checked = claims({r["name"]: r for r in records})
     print(table)
-    print(report.format_claims(checked))
     plot(records, folder / "ladder.png")
-    report.write_results(args.out, "ladder", rows=records, claims=checked, tables={"ladder": table},
-                         preset=preset, config={"train": dataclasses.asdict(tc), "seeds": seeds,
-                                                "base": BASE.to_dict()})
-    print(f"wrote {folder}/table.md, results.json, ladder.png")
+    report.publish(args.out, "ladder", rows=records, claims=checked, tables={"ladder": table},
+                   preset=preset, config={"train": dataclasses.asdict(tc), "seeds": seeds,
+                                          "base": BASE.to_dict()})
 
 
 main = cli.main(_main)

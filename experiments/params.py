@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import dataclasses
 
-import jax
 from flax import nnx
 
 from attention_jax import cli, report
@@ -125,16 +124,14 @@ def run(args) -> dict:
                      abs((core + embeddings) / g["reported"] - 1) < 0.01,
                      f"{core / 1e9:.1f} B + {embeddings / 1e9:.2f} B = {(core + embeddings) / 1e9:.1f} B"),
     ]
-    print("\n" + report.format_claims(claims))
-    folder = report.write_results(args.out, NAME, rows=models, claims=claims, preset=preset,
-                                  config={**p, "ladder": {n: c.to_dict() for n, _, c, _ in LADDER},
-                                          "tiny_gpt": TINY_GPT.to_dict(), "gpt2_small": GPT2_SMALL.to_dict(),
-                                          "gpt3": dataclasses.asdict(gpt3_cfg)},
-                                  tables={"One block": t_block, "Models": t_models, "GPT-2 small": t_gpt2,
-                                          "GPT-3": t_gpt3},
-                                  extra={"blocks": blocks, "gpt2_small": gpt2, "gpt3": gpt3,
-                                         "gpt2_token_table_share": table_share})
-    print(f"\nwrote {folder}")
+    report.publish(args.out, NAME, rows=models, claims=claims, preset=preset,
+                   config={**p, "ladder": {n: c.to_dict() for n, _, c, _ in LADDER},
+                           "tiny_gpt": TINY_GPT.to_dict(), "gpt2_small": GPT2_SMALL.to_dict(),
+                           "gpt3": dataclasses.asdict(gpt3_cfg)},
+                   tables={"One block": t_block, "Models": t_models, "GPT-2 small": t_gpt2,
+                           "GPT-3": t_gpt3},
+                   extra={"blocks": blocks, "gpt2_small": gpt2, "gpt3": gpt3,
+                          "gpt2_token_table_share": table_share})
     return {"rows": models, "claims": claims, "preset": preset, "config": p, "blocks": blocks, "gpt2_small": gpt2}
 
 

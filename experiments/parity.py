@@ -98,11 +98,9 @@ def run(args) -> dict:
     print(table)
     claims = [report.claim(f"{r['comparison']}: max |diff| < {TOLERANCE:g}", r["diff"] < TOLERANCE,
                            f"{r['diff']:.3g} at mean magnitude {r['magnitude']:.3f}") for r in rows]
-    print("\n" + report.format_claims(claims))
-    folder = report.write_results(args.out, NAME, rows=rows, claims=claims, preset=preset,
-                                  config={**p, "model": config.to_dict(), "torch": torch.__version__},
-                                  tables={"Parity with PyTorch": table})
-    print(f"\nwrote {folder}")
+    report.publish(args.out, NAME, rows=rows, claims=claims, preset=preset,
+                   config={**p, "model": config.to_dict(), "torch": torch.__version__},
+                   tables={"Parity with PyTorch": table})
     return {"rows": rows, "claims": claims, "preset": preset, "config": p}
 
 

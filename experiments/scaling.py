@@ -143,13 +143,11 @@ def run(args) -> dict:
         report.claim("jax.jacobian of the softmax equals diag(w) − w wᵀ (< 1e-6)", jac_err < 1e-6,
                      f"max |diff| = {jac_err:.2g}"),
     ]
-    print(report.format_claims(claims))
-    folder = report.write_results(args.out, NAME, rows=rows, claims=claims, preset=preset, config=p,
-                                  tables={"Var(q·k) vs d": var_table, "One row of scores": one_table,
-                                          "Softmax Jacobian": jac_table},
-                                  extra={"compile_seconds": compile_s, "run_seconds": run_s})
+    folder = report.publish(args.out, NAME, rows=rows, claims=claims, preset=preset, config=p,
+                            tables={"Var(q·k) vs d": var_table, "One row of scores": one_table,
+                                    "Softmax Jacobian": jac_table},
+                            extra={"compile_seconds": compile_s, "run_seconds": run_s})
     plot(rows, folder)
-    print(f"\nwrote {folder}")
     return {"rows": rows, "claims": claims, "preset": preset, "config": p,
             "compile_seconds": compile_s, "run_seconds": run_s}
 
