@@ -13,6 +13,8 @@ import json
 import pathlib
 from typing import Sequence
 
+import numpy as np
+
 from attention_jax import cli
 from attention_jax.config import ModelConfig
 from attention_jax.data import load_tokens, resolve_corpus, train_val_split
@@ -27,6 +29,12 @@ def add_training_args(p, *, rows: Sequence[str] | None = None):
     if rows:
         p.add_argument("--rows", default=None, help=f"comma-separated subset of: {', '.join(rows)}")
     p.add_argument("--steps", type=int, default=None, help="override the preset's training steps")
+    p.add_argument("--batch-size", type=int, default=None, help="override the preset's batch size")
+    p.add_argument("--lr", type=float, default=None, help="override the preset's peak learning rate")
+    p.add_argument("--schedule", choices=("constant", "cosine"), default=None,
+                   help="override the preset's schedule after warmup (cosine decays to 0.1 x lr)")
+    p.add_argument("--eval-every", type=int, default=None, metavar="N",
+                   help="also measure train and val perplexity every N steps (curves.png, results.json)")
     p.add_argument("--seeds", type=int, default=1, help="train N seeds at once (vmap) and report mean ± std")
     p.add_argument("--data", default=None, help="tinyshakespeare.txt or a folder holding it")
     p.add_argument("--fresh", action="store_true", help="ignore finished rows and checkpoints; retrain")
@@ -65,10 +73,20 @@ def train_row(name: str, model_config: ModelConfig, train_config: TrainConfig, s
               "val_ppl": val_mean, "val_ppl_std": val_std,
               "train_ppl_seeds": result.train_ppl, "val_ppl_seeds": result.val_ppl,
               "seeds": list(seeds), "steps": result.steps, "seconds": result.seconds,
-              "resumed_from": result.resumed_from, "config": model_config.to_dict()}
+              "resumed_from": result.resumed_from, "config": model_config.to_dict(),
+              "history": [{"step": h["step"], "train_ppl": float(np.mean(h["train_ppl"])),
+                           "val_ppl": float(np.mean(h["val_ppl"]))} for h in result.history]}
     atomic_write(done_file, json.dumps(record, indent=1))
     record["cached"] = False
     return record
+
+
+def with_overrides(train_config: TrainConfig, args) -> TrainConfig:
+    """The preset's training config with the command line's overrides applied."""
+    flags = {"steps": args.steps, "batch_size": args.batch_size, "lr": args.lr, "schedule": args.schedule,
+             "eval_every": args.eval_every}
+    change = {k: v for k, v in flags.items() if v is not None}
+    return dataclasses.replace(train_config, **change)
 
 
 def fmt_ppl(mean: float, std: float = 0.0) -> str:

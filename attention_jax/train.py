@@ -31,7 +31,9 @@ class TrainConfig:
     weight_decay: float = 0.01        # torch.optim.AdamW's default, as the book trained
     b1: float = 0.9
     b2: float = 0.999
-    warmup_steps: int = 0             # linear from 0 to lr, then constant
+    warmup_steps: int = 0             # linear from 0 to lr, then the schedule
+    schedule: str = "constant"        # after warmup: "constant" (the book) or "cosine" decay
+    min_lr_ratio: float = 0.1         # cosine ends at lr * min_lr_ratio on the last step
     grad_clip: float = 0.0            # global-norm clipping; 0 = off
     log_every: int = 50
     eval_every: int = 0               # 0 = evaluate at the end only
@@ -40,18 +42,33 @@ class TrainConfig:
     eval_batch: int = 32
 
     def __post_init__(self):
-        for name in ("steps", "batch_size", "log_every", "checkpoint_every", "train_eval_windows", "eval_batch"):
+        for name in ("steps", "batch_size", "lr", "log_every", "checkpoint_every", "train_eval_windows",
+                     "eval_batch"):
             if getattr(self, name) <= 0:
                 raise ConfigError(f"invalid TrainConfig: {name}={getattr(self, name)} must be positive")
-        if self.lr <= 0 or self.warmup_steps < 0 or self.grad_clip < 0:
-            raise ConfigError("invalid TrainConfig: lr must be > 0, warmup_steps and grad_clip >= 0")
+        for name in ("weight_decay", "warmup_steps", "grad_clip", "eval_every"):
+            if getattr(self, name) < 0:
+                raise ConfigError(f"invalid TrainConfig: {name}={getattr(self, name)} must be >= 0")
+        if self.schedule not in ("constant", "cosine"):
+            raise ConfigError(f"invalid TrainConfig: schedule={self.schedule!r}; choose 'constant' or 'cosine'")
+        if not 0 <= self.min_lr_ratio <= 1:
+            raise ConfigError(f"invalid TrainConfig: min_lr_ratio={self.min_lr_ratio} must be in [0, 1]")
+        if self.schedule == "cosine" and self.warmup_steps >= self.steps:
+            raise ConfigError(f"invalid TrainConfig: warmup_steps={self.warmup_steps} leaves no step "
+                              f"of the {self.steps} to decay over")
+
+
+def lr_schedule(tc: TrainConfig) -> optax.Schedule | float:
+    if tc.schedule == "cosine":
+        return optax.warmup_cosine_decay_schedule(0.0, tc.lr, tc.warmup_steps, tc.steps, tc.lr * tc.min_lr_ratio)
+    if tc.warmup_steps:
+        return optax.join_schedules([optax.linear_schedule(0.0, tc.lr, tc.warmup_steps),
+                                     optax.constant_schedule(tc.lr)], [tc.warmup_steps])
+    return tc.lr
 
 
 def make_optimizer(tc: TrainConfig) -> optax.GradientTransformation:
-    schedule = (optax.join_schedules([optax.linear_schedule(0.0, tc.lr, tc.warmup_steps),
-                                      optax.constant_schedule(tc.lr)], [tc.warmup_steps])
-                if tc.warmup_steps else tc.lr)
-    adamw = optax.adamw(schedule, b1=tc.b1, b2=tc.b2, eps=1e-8, weight_decay=tc.weight_decay)
+    adamw = optax.adamw(lr_schedule(tc), b1=tc.b1, b2=tc.b2, eps=1e-8, weight_decay=tc.weight_decay)
     return optax.chain(optax.clip_by_global_norm(tc.grad_clip), adamw) if tc.grad_clip else adamw
 
 

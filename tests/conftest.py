@@ -1,10 +1,24 @@
 """Shared fixtures: a seeded numpy generator, and `parity`, which checks a max |diff| against
 torch and lists every measured value at the end of the run (the numbers the closing note cites)."""
 
+import os
+import tempfile
+
 import numpy as np
 import pytest
 
 _PARITY = pytest.StashKey[list]()
+
+
+def pytest_configure(config):
+    # Many tests compile the same small programs (smoke configs, one Engine per resume
+    # test). A persistent compilation cache compiles each once per machine. It lives in
+    # $ATTENTION_JAX_CACHE (CI: .cache) or the temp folder, never in the user's cache.
+    import jax
+    root = os.environ.get("ATTENTION_JAX_CACHE") or os.path.join(tempfile.gettempdir(), "attention_jax-tests")
+    jax.config.update("jax_compilation_cache_dir", os.path.join(os.path.abspath(root), "jax-compilation"))
+    jax.config.update("jax_persistent_cache_min_compile_time_secs", 0.0)
+    jax.config.update("jax_persistent_cache_min_entry_size_bytes", 0)
 
 
 @pytest.fixture

@@ -133,10 +133,30 @@ def test_same_command_again_is_cached_and_fast(runs):
     assert again.seconds < min(20.0, full.seconds / 3), (again.seconds, full.seconds)
 
 
+def test_eval_every_records_curves(tmp_path, runs):
+    """--eval-every N: train and val perplexity along the way, in results.json and curves.png;
+    --lr, --batch-size and --schedule override the preset, and the results say so."""
+    with contextlib.redirect_stdout(io.StringIO()):
+        code = ladder.main([*SMOKE, "--rows", "no_context", "--eval-every", "4", "--lr", "2e-3",
+                            "--batch-size", "4", "--schedule", "cosine", "--out", str(tmp_path)])
+    assert code == 0
+    results = json.loads((tmp_path / "ladder" / "results.json").read_text())
+    train = results["config"]["train"]
+    assert (train["lr"], train["batch_size"], train["schedule"], train["eval_every"], train["steps"]) == \
+        (2e-3, 4, "cosine", 4, 12)
+    row, = results["rows"]
+    assert [h["step"] for h in row["history"]] == [4, 8, 12]
+    assert row["history"][-1]["val_ppl"] == row["val_ppl"] and row["history"][-1]["train_ppl"] == row["train_ppl"]
+    assert row["history"][0]["val_ppl"] > row["val_ppl"]     # it learned between step 4 and step 12
+    assert (tmp_path / "ladder" / "curves.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    assert not (runs["folder"] / "curves.png").exists()     # no curves without --eval-every
+
+
 @pytest.mark.parametrize("args, start", [
     (["--preset", "nope"], "error: unknown preset 'nope'; choose one of: paper, cpu, smoke"),
     ([*SMOKE, "--rows", "heads,bogus"], "error: unknown row 'bogus'; choose from: no_context"),
     ([*SMOKE, "--seeds", "0"], "error: --seeds 0"),
+    ([*SMOKE, "--eval-every", "-5"], "error: invalid TrainConfig: eval_every=-5 must be >= 0"),
     ([*SMOKE, "--data", "/nonexistent"], "error: corpus not found at /nonexistent"),
 ])
 def test_user_errors_are_one_line_and_exit_2(tmp_path, capsys, args, start):

@@ -93,8 +93,11 @@ def test_killed_run_resumes_bit_for_bit(tmp_path, monkeypatch, engine, dropout, 
     """
     mc = dataclasses.replace(MC, dropout=dropout)
     eng = engine(mc)
-    reference = run(mc, engine=eng, workdir=tmp_path / "unbroken")
+    tc = dataclasses.replace(TC, eval_every=2)   # the curve of evaluations must survive the kill too
+    reference = run(mc, tc, engine=eng, workdir=tmp_path / "unbroken")
     assert reference.resumed_from == 0
+    assert [h["step"] for h in reference.history] == [2, 4, 6, 8]
+    assert reference.history[-1]["val_ppl"] == reference.val_ppl
     counts = [int(a) for p, a in leaves(reference.state) if p.endswith("['rngs']['count'].value")]
     assert len(counts) == (3 if dropout else 0) and all(c >= TC.steps for c in counts)  # streams advanced
 
@@ -111,22 +114,24 @@ def test_killed_run_resumes_bit_for_bit(tmp_path, monkeypatch, engine, dropout, 
 
     with monkeypatch.context() as m, pytest.raises(KeyboardInterrupt):
         m.setattr(eng, "step", killed_at_5)    # the same compiled engine, booby-trapped
-        run(mc, engine=eng, workdir=tmp_path / "broken")
+        run(mc, tc, engine=eng, workdir=tmp_path / "broken")
     saved = sorted(int(p.name) for p in (tmp_path / "broken" / "checkpoints").iterdir() if p.name.isdigit())
     # "inside": the step-5 state was donated to the step, so the save on the way out fails
     # (silently, by design) and step 3 is the latest; a fit that kept it would save 5.
     expect = 5 if where == "before" else 3
     assert saved == [expect]
 
-    resumed = run(mc, engine=eng, workdir=tmp_path / "broken")
+    resumed = run(mc, tc, engine=eng, workdir=tmp_path / "broken")
     assert resumed.resumed_from == expect > 0 and resumed.steps == TC.steps
     assert_same_state(resumed.state, reference.state)
     assert resumed.val_ppl == reference.val_ppl and resumed.train_ppl == reference.train_ppl
+    assert resumed.history == reference.history
     metrics = [json.loads(line) for line in (tmp_path / "broken" / "metrics.jsonl").read_text().splitlines()]
     assert metrics[-1]["step"] == TC.steps and metrics[-1]["val_ppl"] == reference.val_ppl
     # A finished run resumed again does no step and reports the same numbers.
-    again = run(mc, engine=eng, workdir=tmp_path / "broken")
+    again = run(mc, tc, engine=eng, workdir=tmp_path / "broken")
     assert again.resumed_from == TC.steps and again.val_ppl == reference.val_ppl
+    assert again.history == reference.history
 
 
 def test_checkpoint_of_another_configuration_is_refused(tmp_path, engine):
@@ -152,6 +157,8 @@ def test_checkpoint_of_another_configuration_is_refused(tmp_path, engine):
     # resume=False is the way out: the old checkpoint is dropped and training starts at 0.
     fresh = run(engine=engine(), seeds=[1], workdir=work, resume=False)
     assert fresh.resumed_from == 0
+    records = [json.loads(line) for line in (work / "metrics.jsonl").read_text().splitlines()]
+    assert [r["step"] for r in records if "val_ppl" in r] == [TC.steps]   # the old run's lines are gone
 
 
 # -- seeds -------------------------------------------------------------------------------
@@ -264,7 +271,8 @@ def test_two_devices_train_like_one(on_devices, run_name, per_device):
 
 @pytest.mark.parametrize("field, value", [
     ("steps", 0), ("batch_size", -1), ("log_every", 0), ("checkpoint_every", 0),
-    ("train_eval_windows", 0), ("eval_batch", 0), ("lr", 0.0), ("warmup_steps", -1), ("grad_clip", -0.5)])
+    ("train_eval_windows", 0), ("eval_batch", 0), ("lr", 0.0), ("warmup_steps", -1), ("grad_clip", -0.5),
+    ("eval_every", -1), ("weight_decay", -0.1)])
 def test_train_config_refuses_impossible_values(field, value):
     with pytest.raises(ConfigError) as info:
         TrainConfig(**{field: value})
@@ -287,6 +295,25 @@ def test_warmup_rises_linearly_then_holds():
     lrs = applied_lrs(TrainConfig(lr=0.01, warmup_steps=4, weight_decay=0.0), 7)
     np.testing.assert_allclose(lrs, [0.0, 0.0025, 0.005, 0.0075, 0.01, 0.01, 0.01], rtol=1e-4, atol=1e-12)
     np.testing.assert_allclose(applied_lrs(TrainConfig(lr=0.01, weight_decay=0.0), 2), [0.01, 0.01], rtol=1e-4)
+
+
+def test_cosine_warms_up_then_decays_to_its_floor():
+    tc = TrainConfig(steps=10, lr=0.01, warmup_steps=2, schedule="cosine", min_lr_ratio=0.1, weight_decay=0.0)
+    lrs = applied_lrs(tc, 11)
+    np.testing.assert_allclose(lrs[:3], [0.0, 0.005, 0.01], rtol=1e-4, atol=1e-12)
+    assert all(a > b for a, b in zip(lrs[2:10], lrs[3:11]))          # strictly down after warmup
+    np.testing.assert_allclose(lrs[6], 0.001 + 0.009 * 0.5, rtol=1e-4)  # halfway: the cosine's midpoint
+    np.testing.assert_allclose(lrs[10], 0.001, rtol=1e-4)              # the floor, lr * min_lr_ratio
+
+
+@pytest.mark.parametrize("change, start", [
+    ({"schedule": "linear"}, "invalid TrainConfig: schedule='linear'; choose 'constant' or 'cosine'"),
+    ({"min_lr_ratio": 1.5}, "invalid TrainConfig: min_lr_ratio=1.5 must be in [0, 1]"),
+    ({"schedule": "cosine", "steps": 10, "warmup_steps": 10}, "invalid TrainConfig: warmup_steps=10 leaves")])
+def test_schedule_refuses_impossible_values(change, start):
+    with pytest.raises(ConfigError) as info:
+        TrainConfig(**change)
+    assert one_line(info.value).startswith(start)
 
 
 # -- evaluation --------------------------------------------------------------------------
