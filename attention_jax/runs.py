@@ -11,7 +11,7 @@ import dataclasses
 import hashlib
 import json
 import pathlib
-from typing import Sequence
+from typing import Any, Callable, Sequence
 
 import numpy as np
 
@@ -21,7 +21,7 @@ from attention_jax.data import load_tokens, resolve_corpus, train_val_split
 from attention_jax.fit import fit
 from attention_jax.probe import count_params
 from attention_jax.report import atomic_write
-from attention_jax.train import TrainConfig
+from attention_jax.train import Engine, TrainConfig
 
 
 def add_training_args(p, *, rows: Sequence[str] | None = None):
@@ -56,16 +56,21 @@ def row_key(name: str, model_config: ModelConfig, train_config: TrainConfig, pre
 
 def train_row(name: str, model_config: ModelConfig, train_config: TrainConfig, splits, *,
               preset: str, seeds: Sequence[int], folder: pathlib.Path, fresh: bool = False,
-              progress: bool = True) -> dict:
-    """Train one row (or load it when already finished) and return its record."""
+              progress: bool = True, measure: Callable[[Engine, Any], dict] | None = None) -> dict:
+    """Train one row (or load it when already finished) and return its record.
+
+    `measure(engine, state)` may add a table's own figures (e.g. perplexity at other
+    lengths) to the record; they are cached with it, so a finished row is never reloaded.
+    """
     key = row_key(name, model_config, train_config, preset, seeds)
     done_file = folder / "rows" / f"{key}.json"
     if done_file.exists() and not fresh:
         record = json.loads(done_file.read_text())
         record["cached"] = True
         return record
+    engine = Engine(model_config, train_config, n_seeds=len(seeds))
     result = fit(model_config, train_config, *splits, seeds=seeds, workdir=folder / "runs" / key,
-                 resume=not fresh, progress=progress, desc=name)
+                 resume=not fresh, progress=progress, desc=name, engine=engine)
     train_mean, train_std = result.mean_std("train_ppl")
     val_mean, val_std = result.mean_std("val_ppl")
     record = {"name": name, "key": key, "params": count_params(model_config),
@@ -76,6 +81,8 @@ def train_row(name: str, model_config: ModelConfig, train_config: TrainConfig, s
               "resumed_from": result.resumed_from, "config": model_config.to_dict(),
               "history": [{"step": h["step"], "train_ppl": float(np.mean(h["train_ppl"])),
                            "val_ppl": float(np.mean(h["val_ppl"]))} for h in result.history]}
+    if measure is not None:
+        record.update(measure(engine, result.state))
     atomic_write(done_file, json.dumps(record, indent=1))
     record["cached"] = False
     return record

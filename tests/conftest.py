@@ -2,12 +2,19 @@
 torch and lists every measured value at the end of the run (the numbers the closing note cites)."""
 
 import os
+import pathlib
 import tempfile
 
 import numpy as np
 import pytest
 
+from attention_jax.data import CORPUS_NAME
+
 _PARITY = pytest.StashKey[list]()
+_REPO = pathlib.Path(__file__).resolve().parents[1]
+# Read at import, before any fixture edits the environment; CI sets a path relative to the repo.
+_CORPUS = next((p for p in (_REPO / os.environ.get("ATTENTION_JAX_DATA", "."), _REPO.parent / "shared" / "data")
+                if (p / CORPUS_NAME).is_file()), None)
 
 
 def pytest_configure(config):
@@ -19,6 +26,20 @@ def pytest_configure(config):
     jax.config.update("jax_compilation_cache_dir", os.path.join(os.path.abspath(root), "jax-compilation"))
     jax.config.update("jax_persistent_cache_min_compile_time_secs", 0.0)
     jax.config.update("jax_persistent_cache_min_entry_size_bytes", 0)
+
+
+@pytest.fixture(scope="session")
+def corpus_folder() -> pathlib.Path:
+    """The folder holding tiny-shakespeare (CI: ../shared/data); tests that need it skip without it."""
+    if _CORPUS is None:
+        pytest.skip("tiny-shakespeare not found: set ATTENTION_JAX_DATA to a folder holding tinyshakespeare.txt")
+    return _CORPUS.absolute()
+
+
+@pytest.fixture(scope="session")
+def bpe_cache(tmp_path_factory) -> pathlib.Path:
+    """One BPE cache for the whole session (training the BPE costs seconds), never $HOME's."""
+    return tmp_path_factory.getbasetemp() / "attention_jax_cache"
 
 
 @pytest.fixture

@@ -11,34 +11,20 @@ import dataclasses
 import io
 import json
 import math
-import os
-import pathlib
 import time
 
 import pytest
 
-from attention_jax.data import CORPUS_NAME
 from experiments import ladder
-
-# Read before any fixture edits the environment; CI sets a path relative to the repo.
-_REPO = pathlib.Path(__file__).resolve().parents[1]
-_CANDIDATES = [_REPO / os.environ.get("ATTENTION_JAX_DATA", "."), _REPO.parent / "shared" / "data"]
-DATA = next((p for p in _CANDIDATES if (p / CORPUS_NAME).is_file()), None)
-NO_DATA = "tiny-shakespeare not found: set ATTENTION_JAX_DATA to a folder holding tinyshakespeare.txt"
 
 NAMES = [row[0] for row in ladder.ROWS]
 PARAMS = [263_168, 263_168, 279_552, 279_552, 328_704, 328_704, 345_216, 476_928, 477_696, 675_584]
 SMOKE = ["--preset", "smoke", "--no-progress"]
 
 
-def shared_cache(tmp_path_factory) -> pathlib.Path:
-    """One BPE cache for the whole session (training the BPE costs seconds), never $HOME's."""
-    return tmp_path_factory.getbasetemp() / "attention_jax_cache"
-
-
 @pytest.fixture(autouse=True)
-def isolated(tmp_path_factory, monkeypatch):
-    monkeypatch.setenv("ATTENTION_JAX_CACHE", str(shared_cache(tmp_path_factory)))
+def isolated(bpe_cache, monkeypatch):
+    monkeypatch.setenv("ATTENTION_JAX_CACHE", str(bpe_cache))
 
 
 @dataclasses.dataclass
@@ -56,15 +42,13 @@ class Run:
 
 
 @pytest.fixture(scope="module")
-def runs(tmp_path_factory):
-    if DATA is None:
-        pytest.skip(NO_DATA)
+def runs(tmp_path_factory, corpus_folder, bpe_cache):
     out = tmp_path_factory.mktemp("ladder_out")
     folder = out / "ladder"
     done = {}
     with pytest.MonkeyPatch.context() as mp:
-        mp.setenv("ATTENTION_JAX_CACHE", str(shared_cache(tmp_path_factory)))
-        mp.setenv("ATTENTION_JAX_DATA", str(DATA.absolute()))
+        mp.setenv("ATTENTION_JAX_CACHE", str(bpe_cache))
+        mp.setenv("ATTENTION_JAX_DATA", str(corpus_folder))
         for name, extra in [("subset", ["--rows", "heads,no_context"]), ("full", []), ("again", [])]:
             buffer, t0 = io.StringIO(), time.perf_counter()
             with contextlib.redirect_stdout(buffer):
