@@ -15,7 +15,7 @@ from typing import Any, Callable, Sequence
 
 import numpy as np
 
-from attention_jax import cli
+from attention_jax import cli, report
 from attention_jax.config import ModelConfig
 from attention_jax.data import load_tokens, resolve_corpus, train_val_split
 from attention_jax.fit import fit
@@ -40,6 +40,34 @@ def add_training_args(p, *, rows: Sequence[str] | None = None):
     p.add_argument("--fresh", action="store_true", help="ignore finished rows and checkpoints; retrain")
     p.add_argument("--no-progress", action="store_true", help="no progress bars")
     return p
+
+
+@dataclasses.dataclass
+class Table:
+    """What a training experiment's command line resolves to, before any row trains."""
+    args: Any
+    preset: str
+    train_config: TrainConfig
+    rows: list[str]          # the chosen rows, in the table's order
+    seeds: list[int]
+    splits: tuple            # (train, val) token ids
+    folder: pathlib.Path     # results/<name>/
+
+    def train(self, name: str, model_config: ModelConfig, **kw) -> dict:
+        """`train_row` with this command's training config, preset, seeds and flags."""
+        return train_row(name, model_config, self.train_config, self.splits, preset=self.preset, seeds=self.seeds,
+                         folder=self.folder, fresh=self.args.fresh, progress=not self.args.no_progress, **kw)
+
+
+def start(name: str, description: str, presets, rows: Sequence[str], argv=None) -> Table:
+    """Parse the shared flags, pick the preset and rows, load the corpus: every training table's start."""
+    args = add_training_args(cli.parser(name, description, presets), rows=rows).parse_args(argv)
+    preset, train_config = cli.choose_preset(args.preset, presets)
+    chosen = cli.choose_names(args.rows, list(rows))
+    train_config = with_overrides(train_config, args)
+    seeds = seeds_from(args.seeds)
+    splits = load_splits(args.data)
+    return Table(args, preset, train_config, chosen, seeds, splits, report.results_dir(args.out, name))
 
 
 def load_splits(data: str | None, *, vocab_size: int = 1024):

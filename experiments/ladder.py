@@ -126,21 +126,12 @@ def plot_curves(records: list[dict], path) -> bool:
 
 
 def _main(argv=None):
-    names = [r[0] for r in ROWS]
-    p = runs.add_training_args(cli.parser("ladder", __doc__.splitlines()[0], PRESETS), rows=names)
-    args = p.parse_args(argv)
-    preset, tc = cli.choose_preset(args.preset, PRESETS)
-    chosen = cli.choose_names(args.rows, names)
-    tc = runs.with_overrides(tc, args)
-    seeds = runs.seeds_from(args.seeds)
-    splits = runs.load_splits(args.data)
-    folder = report.results_dir(args.out, "ladder")
+    t = runs.start("ladder", __doc__.splitlines()[0], PRESETS, [r[0] for r in ROWS], argv)
     records, previous = [], None
     for name, label, cfg, book in ROWS:
-        if name not in chosen:
+        if name not in t.rows:
             continue
-        r = runs.train_row(name, cfg, tc, splits, preset=preset, seeds=seeds, folder=folder,
-                           fresh=args.fresh, progress=not args.no_progress)
+        r = t.train(name, cfg)
         r.update(label=label, book_val_ppl=book, book_train_ppl=BOOK_TRAIN.get(name),
                  change=None if previous is None else r["val_ppl"] - previous)
         r["val"] = runs.fmt_ppl(r["val_ppl"], r["val_ppl_std"])
@@ -155,10 +146,10 @@ def _main(argv=None):
     table = report.format_table(columns, records)
     checked = claims({r["name"]: r for r in records})
     print(table)
-    plot(records, folder / "ladder.png")
-    plot_curves(records, folder / "curves.png")
-    report.publish(args.out, "ladder", rows=records, claims=checked, tables={"ladder": table},
-                   preset=preset, config={"train": dataclasses.asdict(tc), "seeds": seeds,
+    plot(records, t.folder / "ladder.png")
+    plot_curves(records, t.folder / "curves.png")
+    report.publish(t.args.out, "ladder", rows=records, claims=checked, tables={"ladder": table},
+                   preset=t.preset, config={"train": dataclasses.asdict(t.train_config), "seeds": t.seeds,
                                           "base": BASE.to_dict()})
 
 

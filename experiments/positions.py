@@ -83,21 +83,12 @@ def plot(records: list[dict], path):
 
 
 def _main(argv=None):
-    names = list(KINDS)
-    p = runs.add_training_args(cli.parser("positions", __doc__.splitlines()[0], PRESETS), rows=names)
-    args = p.parse_args(argv)
-    preset, tc = cli.choose_preset(args.preset, PRESETS)
-    chosen = cli.choose_names(args.rows, names)
-    tc = runs.with_overrides(tc, args)
-    seeds = runs.seeds_from(args.seeds)
-    splits = runs.load_splits(args.data)
-    folder = report.results_dir(args.out, "positions")
+    t = runs.start("positions", __doc__.splitlines()[0], PRESETS, KINDS, argv)
     records = []
     for name, cfg in ROWS:
-        if name not in chosen:
+        if name not in t.rows:
             continue
-        r = runs.train_row(name, cfg, tc, splits, preset=preset, seeds=seeds, folder=folder, fresh=args.fresh,
-                           progress=not args.no_progress, measure=at_lengths(splits[1]))
+        r = t.train(name, cfg, measure=at_lengths(t.splits[1]))
         for L in LENGTHS:
             r[f"ppl_{L}"] = r["ppl"][str(L)]
             r[f"book_{L}"] = BOOK.get(name, {}).get(L)
@@ -112,10 +103,10 @@ def _main(argv=None):
                *[(f"book_{L}", f"book @{L}", ".2f") for L in (LENGTHS[0], LENGTHS[-1])]]
     table = report.format_table(columns, records)
     print(table)
-    plot(records, folder / "positions.png")
-    report.publish(args.out, "positions", rows=records, claims=claims({r["name"]: r for r in records}),
-                   tables={"Trained on 64 tokens, read on longer windows": table}, preset=preset,
-                   config={"train": dataclasses.asdict(tc), "seeds": seeds, "base": BASE.to_dict(),
+    plot(records, t.folder / "positions.png")
+    report.publish(t.args.out, "positions", rows=records, claims=claims({r["name"]: r for r in records}),
+                   tables={"Trained on 64 tokens, read on longer windows": table}, preset=t.preset,
+                   config={"train": dataclasses.asdict(t.train_config), "seeds": t.seeds, "base": BASE.to_dict(),
                            "train_length": TRAIN_LENGTH, "lengths": list(LENGTHS)})
 
 
