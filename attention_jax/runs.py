@@ -20,7 +20,6 @@ from attention_jax.config import ModelConfig
 from attention_jax.data import load_tokens, resolve_corpus, train_val_split
 from attention_jax.fit import fit
 from attention_jax.probe import count_params
-from attention_jax.report import atomic_write
 from attention_jax.train import Engine, TrainConfig
 
 
@@ -111,7 +110,7 @@ def train_row(name: str, model_config: ModelConfig, train_config: TrainConfig, s
                            "val_ppl": float(np.mean(h["val_ppl"]))} for h in result.history]}
     if measure is not None:
         record.update(measure(engine, result.state))
-    atomic_write(done_file, json.dumps(record, indent=1))
+    report.atomic_write(done_file, json.dumps(record, indent=1))
     record["cached"] = False
     return record
 

@@ -59,9 +59,9 @@ def claims(r: dict) -> list[dict]:
                                 ratio["rope"] < min(ratio["learned"], ratio["sinusoidal"]),
                                 ", ".join(f"{k} {ratio[k]:.2f}x" for k in ("rope", "learned", "sinusoidal"))))
     if "alibi" in ppl:
-        p = ppl["alibi"]
+        p, book = ppl["alibi"], BOOK["alibi"]
         out.append(report.claim(f"ALiBi improves with length ({last} better than {first})", p[last] < p[first],
-                                f"{p[first]:.2f} -> {p[last]:.2f} (book 44.95 -> 42.49)"))
+                                f"{p[first]:.2f} -> {p[last]:.2f} (book {book[first]} -> {book[last]})"))
     return out
 
 
