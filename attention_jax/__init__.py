@@ -2,16 +2,46 @@
 
 `attention_jax.functional` holds the pure functions (masks, scores, softmax, attention,
 positions, norms); `attention_jax.model` composes them into Flax NNX modules driven by
-one `ModelConfig`; `attention_jax.train` is the training engine every experiment uses.
+one `ModelConfig`; `attention_jax.inspect` looks inside them; `attention_jax.train` is
+the training engine every experiment uses.
+
+The names below load on first use, so `import attention_jax.config` (and a command
+line's `--help`) does not pay for importing JAX.
 """
-from attention_jax import functional
-from attention_jax.config import GPT2_SMALL, ModelConfig
-from attention_jax.errors import CheckpointError, ConfigError, DataError, UserError
-from attention_jax.model import Block, FeedForward, Head, LanguageModel, MultiHeadAttention
-from attention_jax.probe import ablate, capture_attention, count_params
+import importlib
 
 __version__ = "0.1.0"
 
-__all__ = ["functional", "ModelConfig", "GPT2_SMALL", "UserError", "ConfigError", "DataError",
-           "CheckpointError", "Head", "MultiHeadAttention", "FeedForward", "Block", "LanguageModel",
-           "count_params", "capture_attention", "ablate"]
+_EXPORTS = {
+    "functional": ("attention_jax.functional", None),
+    "ModelConfig": ("attention_jax.config", "ModelConfig"),
+    "TrainConfig": ("attention_jax.config", "TrainConfig"),
+    "GPT2_SMALL": ("attention_jax.config", "GPT2_SMALL"),
+    "UserError": ("attention_jax.errors", "UserError"),
+    "ConfigError": ("attention_jax.errors", "ConfigError"),
+    "DataError": ("attention_jax.errors", "DataError"),
+    "CheckpointError": ("attention_jax.errors", "CheckpointError"),
+    "Head": ("attention_jax.model", "Head"),
+    "MultiHeadAttention": ("attention_jax.model", "MultiHeadAttention"),
+    "FeedForward": ("attention_jax.model", "FeedForward"),
+    "Block": ("attention_jax.model", "Block"),
+    "LanguageModel": ("attention_jax.model", "LanguageModel"),
+    "count_params": ("attention_jax.inspect", "count_params"),
+    "capture_attention": ("attention_jax.inspect", "capture_attention"),
+    "ablate": ("attention_jax.inspect", "ablate"),
+}
+__all__ = list(_EXPORTS)
+
+
+def __getattr__(name):
+    if name not in _EXPORTS:
+        raise AttributeError(f"module 'attention_jax' has no attribute {name!r}")
+    module, attr = _EXPORTS[name]
+    value = importlib.import_module(module)
+    value = value if attr is None else getattr(value, attr)
+    globals()[name] = value
+    return value
+
+
+def __dir__():
+    return sorted(set(globals()) | set(__all__))

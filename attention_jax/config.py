@@ -1,8 +1,10 @@
-"""One frozen dataclass that describes every model the chapter trains.
+"""Two frozen dataclasses: every model the chapter trains, and how it is trained.
 
 A row of an ablation table is a `ModelConfig`, made with `dataclasses.replace(BASE, ...)`;
-no variant needs a class of its own. Every impossible combination is refused at
-construction with one `ConfigError` (a `ValueError`) naming the field and the fix.
+no variant needs a class of its own. A preset's budget is a `TrainConfig`. Every
+impossible combination is refused at construction with one `ConfigError` (a
+`ValueError`) naming the field and the fix. Nothing here imports JAX, so a command line
+can parse its flags and presets without paying for it.
 """
 from __future__ import annotations
 
@@ -96,6 +98,42 @@ class ModelConfig:
 
     def to_dict(self) -> dict:
         return dataclasses.asdict(self)
+
+
+@dataclasses.dataclass(frozen=True)
+class TrainConfig:
+    steps: int = 3000
+    batch_size: int = 64
+    lr: float = 1e-3
+    weight_decay: float = 0.01        # torch.optim.AdamW's default, as the book trained
+    b1: float = 0.9
+    b2: float = 0.999
+    warmup_steps: int = 0             # linear from 0 to lr, then the schedule
+    schedule: str = "constant"        # after warmup: "constant" (the book) or "cosine" decay
+    min_lr_ratio: float = 0.1         # cosine ends at lr * min_lr_ratio on the last step
+    grad_clip: float = 0.0            # global-norm clipping; 0 = off
+    log_every: int = 50
+    eval_every: int = 0               # 0 = evaluate at the end only
+    checkpoint_every: int = 500
+    train_eval_windows: int = 360     # fixed train sample for train perplexity (≈ the val split)
+    eval_batch: int = 32
+
+    def __post_init__(self):
+        for name in ("steps", "batch_size", "lr", "log_every", "checkpoint_every", "train_eval_windows",
+                     "eval_batch"):
+            if getattr(self, name) <= 0:
+                raise ConfigError(f"invalid TrainConfig: {name}={getattr(self, name)} must be positive")
+        for name in ("weight_decay", "warmup_steps", "grad_clip", "eval_every"):
+            if getattr(self, name) < 0:
+                raise ConfigError(f"invalid TrainConfig: {name}={getattr(self, name)} must be >= 0")
+        if self.schedule not in ("constant", "cosine"):
+            raise ConfigError(f"invalid TrainConfig: schedule={self.schedule!r}; choose 'constant' or 'cosine'")
+        if not 0 <= self.min_lr_ratio <= 1:
+            raise ConfigError(f"invalid TrainConfig: min_lr_ratio={self.min_lr_ratio} must be in [0, 1]")
+        if self.schedule == "cosine" and self.warmup_steps >= self.steps:
+            raise ConfigError(f"invalid TrainConfig: warmup_steps={self.warmup_steps} leaves no step "
+                              f"of the {self.steps} to decay over")
+
 
 
 # GPT-2 small, as released: 124,439,808 parameters with the output tied to the token table.

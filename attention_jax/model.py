@@ -11,7 +11,6 @@ import jax
 import jax.numpy as jnp
 from flax import nnx
 
-from attention_jax import fastpath
 from attention_jax import functional as F
 from attention_jax.config import ModelConfig
 from attention_jax.errors import ConfigError
@@ -71,8 +70,8 @@ class _Attention(nnx.Module):
         if cfg.positions == "rope":
             q, k = F.apply_rope(q, base=cfg.rope_base), F.apply_rope(k, base=cfg.rope_base)
         bias = F.alibi_bias(q.shape[-3], T) if cfg.positions == "alibi" else None
-        # F.attention_weights under the causal mask, minus its all-masked quarter (see fastpath).
-        out, w = fastpath.causal_attention(q, k, v, bias=bias, scale=cfg.scale, dropout=self.weight_dropout,
+        # F.attention_weights under the causal mask, minus its all-masked quarter.
+        out, w = F.causal_attention(q, k, v, bias=bias, scale=cfg.scale, dropout=self.weight_dropout,
                                            return_weights=self.sow_weights)
         if self.sow_weights:  # off by default: sown values cost memory on every step
             self.sow(nnx.Intermediate, "attention_weights", w)

@@ -15,7 +15,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from attention_jax import cli, report
+from attention_jax.harness import cli, report
 from attention_jax import functional as F
 
 NAME = "averaging"

@@ -9,48 +9,12 @@ from __future__ import annotations
 
 import dataclasses
 
-from attention_jax import cli, report, runs
-from attention_jax.config import ModelConfig
-from attention_jax.train import TrainConfig
+from attention_jax.harness import cli, report, rows as runs
+from experiments.configs import LADDER, LADDER_BASE as BASE, LADDER_BUDGETS
 
-# Embedding -> linear: every model below is this plus parts. Width 128, context 128.
-BASE = ModelConfig(vocab_size=1024, context=128, d_model=128, n_layers=1, n_heads=4, mixer="none",
-                   residual=False, positions="none", feed_forward=False, layer_norm=False)
-
-
-def _rows():
-    rows, cfg = [], BASE
-    # (name, what this row adds, change to the row above, the book's val ppl where it prints one)
-    for name, label, change, book in [
-        ("no_context", "embedding -> linear, no context", {}, 59.71),
-        ("average", "uniform causal average, replacing the token", {"mixer": "average"}, 248.0),
-        ("average_positions", "+ learned positions before averaging", {"positions": "learned"}, None),
-        ("average_residual", "average added to the token (residual)", {"residual": True}, 60.45),
-        ("head_replace", "one learned head, replacing", {"mixer": "head", "residual": False}, None),
-        ("head_residual", "one learned head, residual", {"residual": True}, None),
-        ("heads", "four heads + W_o", {"mixer": "heads"}, None),
-        ("feed_forward", "+ feed-forward (4x, GELU)", {"feed_forward": True}, None),
-        ("layer_norm", "+ LayerNorm (one pre-norm block)", {"layer_norm": True}, 38.07),
-        ("two_blocks", "two blocks", {"n_layers": 2}, 40.57),
-    ]:
-        cfg = dataclasses.replace(cfg, **change)
-        rows.append((name, label, cfg, book))
-    return rows
-
-
-ROWS = _rows()
-BOOK_TRAIN = {"layer_norm": 18.77, "two_blocks": 14.49}
-PRESETS = {
-    "paper": TrainConfig(steps=3000, batch_size=64, lr=1e-3, checkpoint_every=500, eval_every=500),
-    # 3/8 of the paper's tokens at 3x its learning rate, ~20 min on 2 cores. At lr 1e-3 a CPU
-    # budget leaves three orderings unshown; at 3e-3 two blocks fall behind one only after
-    # ~1750 steps, while the FFN row without LayerNorm is past its best from ~1000 steps on,
-    # so a longer run loses the "+ FFN improves" ordering (README, "Choosing the cpu budget").
-    "cpu": TrainConfig(steps=2250, batch_size=32, lr=3e-3, warmup_steps=100, checkpoint_every=250,
-                       eval_every=250, train_eval_windows=120),
-    "smoke": TrainConfig(steps=12, batch_size=8, lr=1e-3, checkpoint_every=6, log_every=6,
-                         train_eval_windows=16),
-}
+ROWS = LADDER
+BOOK_TRAIN = {r.name: r.book_train_ppl for r in LADDER if r.book_train_ppl}
+PRESETS = LADDER_BUDGETS
 
 
 def claims(r: dict) -> list[dict]:
@@ -126,13 +90,14 @@ def plot_curves(records: list[dict], path) -> bool:
 
 
 def _main(argv=None):
-    t = runs.start("ladder", __doc__.splitlines()[0], PRESETS, [r[0] for r in ROWS], argv)
+    t = runs.start("ladder", __doc__.splitlines()[0], PRESETS, [r.name for r in ROWS], argv)
     records, previous = [], None
-    for name, label, cfg, book in ROWS:
+    for row in ROWS:
+        name = row.name
         if name not in t.rows:
             continue
-        r = t.train(name, cfg)
-        r.update(label=label, book_val_ppl=book, book_train_ppl=BOOK_TRAIN.get(name),
+        r = t.train(name, row.config)
+        r.update(label=row.label, book_val_ppl=row.book_val_ppl, book_train_ppl=row.book_train_ppl,
                  change=None if previous is None else r["val_ppl"] - previous)
         r["val"] = runs.fmt_ppl(r["val_ppl"], r["val_ppl_std"])
         r["train"] = runs.fmt_ppl(r["train_ppl"], r["train_ppl_std"])

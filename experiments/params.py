@@ -11,11 +11,11 @@ import dataclasses
 
 from flax import nnx
 
-from attention_jax import cli, report
+from attention_jax.harness import cli, report
 from attention_jax.config import GPT2_SMALL, ModelConfig
 from attention_jax.model import Block
-from attention_jax.probe import count_params, param_breakdown
-from experiments.ladder import ROWS as LADDER   # the canonical ladder configs, not a copy
+from attention_jax.inspect import count_params, param_breakdown
+from experiments.configs import LADDER, TINY_GPT
 
 NAME = "params"
 # Counting is instant except GPT-3's 96 abstract blocks (~3 s), which smoke skips.
@@ -24,8 +24,6 @@ PRESETS = {"smoke": dict(count_gpt3=False), "cpu": dict(count_gpt3=True), "paper
 EXPECTED_LADDER = {"no_context": 263_168, "average": 263_168, "average_positions": 279_552,
                    "average_residual": 279_552, "head_replace": 328_704, "head_residual": 328_704,
                    "heads": 345_216, "feed_forward": 476_928, "layer_norm": 477_696, "two_blocks": 675_584}
-TINY_GPT = ModelConfig(vocab_size=44, context=96, d_model=64, n_layers=2, n_heads=4,
-                       tie_embeddings=True, qkv_bias=True)
 GPT3 = dict(n_layers=96, d_model=12288, vocab_size=50257, context=2048, reported=175e9)
 
 
@@ -66,7 +64,7 @@ def model_row(name: str, cfg: ModelConfig, book: int | None) -> dict:
 def run(args) -> dict:
     preset, p = cli.choose_preset(args.preset, PRESETS)
     blocks = [block_row(d) for d in (128, 768)]
-    models = [model_row(name, cfg, EXPECTED_LADDER.get(name)) for name, _, cfg, _ in LADDER]
+    models = [model_row(r.name, r.config, EXPECTED_LADDER.get(r.name)) for r in LADDER]
     models += [model_row("GPT-2 small", GPT2_SMALL, 124_439_808), model_row("tiny char GPT (lecture)", TINY_GPT, 109_056)]
     g = GPT3
     gpt3_cfg = ModelConfig(vocab_size=g["vocab_size"], context=g["context"], d_model=g["d_model"],
@@ -125,7 +123,7 @@ def run(args) -> dict:
                      f"{core / 1e9:.1f} B + {embeddings / 1e9:.2f} B = {(core + embeddings) / 1e9:.1f} B"),
     ]
     report.publish(args.out, NAME, rows=models, claims=claims, preset=preset,
-                   config={**p, "ladder": {n: c.to_dict() for n, _, c, _ in LADDER},
+                   config={**p, "ladder": {r.name: r.config.to_dict() for r in LADDER},
                            "tiny_gpt": TINY_GPT.to_dict(), "gpt2_small": GPT2_SMALL.to_dict(),
                            "gpt3": dataclasses.asdict(gpt3_cfg)},
                    tables={"One block": t_block, "Models": t_models, "GPT-2 small": t_gpt2,

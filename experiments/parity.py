@@ -14,10 +14,9 @@ import jax
 import jax.numpy as jnp
 from flax import nnx
 
-from attention_jax import cli, report
+from attention_jax.harness import cli, report
 from attention_jax import functional as F
 from attention_jax.config import ModelConfig
-from attention_jax.errors import UserError
 from attention_jax.model import MultiHeadAttention
 
 NAME = "parity"
@@ -29,32 +28,10 @@ PRESETS = {
 TOLERANCE = 1e-5      # float32 reordering noise is ~1e-7; a wrong layout or mask is ~1e-1
 
 
-def import_torch():
-    """PyTorch is only the oracle, so it is optional: without it, one line saying how to get it."""
-    try:
-        import torch
-    except ImportError:
-        raise UserError("parity compares against PyTorch, which is not installed; "
-                        "install the test extra: pip install -e '.[test]'") from None
-    return torch
-
-
-def copy_weights(torch_mha, ours: MultiHeadAttention) -> None:
-    """torch computes x·Wᵀ + b where our Dense computes x·K + b, so each kernel is a transposed weight.
-
-    Both fuse the projections the same way, (q | k | v) × heads × head width, so the
-    transpose is the whole mapping; the biases carry over as they are.
-    """
-    as_jax = lambda t: jnp.asarray(t.detach().numpy())
-    ours.qkv.kernel[...] = as_jax(torch_mha.in_proj_weight).T
-    ours.qkv.bias[...] = as_jax(torch_mha.in_proj_bias)
-    ours.out.kernel[...] = as_jax(torch_mha.out_proj.weight).T
-    ours.out.bias[...] = as_jax(torch_mha.out_proj.bias)
-
-
 def run(args) -> dict:
     preset, p = cli.choose_preset(args.preset, PRESETS)
-    torch = import_torch()
+    from attention_jax import torch_ref   # torch is the oracle: imported only here
+    torch = torch_ref.import_torch()
     import torch.nn.functional as TF
 
     B, T, D, H = p["batch"], p["tokens"], p["d_model"], p["n_heads"]
@@ -74,7 +51,7 @@ def run(args) -> dict:
 
     config = ModelConfig(vocab_size=1, context=T, d_model=D, n_heads=H, mixer="heads", qkv_bias=True)
     ours = MultiHeadAttention(config, rngs=nnx.Rngs(p["seed"]))
-    copy_weights(mha, ours)
+    torch_ref.load_mha(ours, mha)
     as_jax = lambda t: jnp.asarray(t.detach().numpy())
     # Full float32 matmuls: GPUs and TPUs would otherwise use TF32 / bfloat16 passes.
     with jax.default_matmul_precision("highest"):

@@ -11,20 +11,19 @@ import dataclasses
 
 import numpy as np
 
-from attention_jax import cli, report, runs
-from experiments import ladder
+from attention_jax.harness import cli, report, rows as runs
+from experiments.configs import LADDER_BUDGETS, ONE_BLOCK
 
 TRAIN_LENGTH, LENGTHS = 64, (64, 128, 256)
 # The ladder's "layer_norm" row (one full pre-norm block), on 64-token windows. The learned
 # table gets a row for every position read below; those past 64 stay as initialised.
-BASE = dataclasses.replace(dict((n, c) for n, _, c, _ in ladder.ROWS)["layer_norm"],
-                           context=TRAIN_LENGTH, max_positions=max(LENGTHS))
+BASE = dataclasses.replace(ONE_BLOCK, context=TRAIN_LENGTH, max_positions=max(LENGTHS))
 KINDS = ("none", "learned", "sinusoidal", "rope", "alibi")
 ROWS = [(kind, dataclasses.replace(BASE, positions=kind)) for kind in KINDS]
 BOOK = {"alibi": {64: 44.95, 256: 42.49}}   # the chapter's figures: ALiBi's first and last window
-PRESETS = {"paper": ladder.PRESETS["paper"],
-           "cpu": dataclasses.replace(ladder.PRESETS["cpu"], steps=1500, eval_every=0),
-           "smoke": ladder.PRESETS["smoke"]}
+PRESETS = {"paper": LADDER_BUDGETS["paper"],
+           "cpu": dataclasses.replace(LADDER_BUDGETS["cpu"], steps=1500, eval_every=0),
+           "smoke": LADDER_BUDGETS["smoke"]}
 
 
 def at_lengths(val_tokens):

@@ -19,7 +19,7 @@ import matplotlib
 matplotlib.use("Agg")   # plots are files, never windows
 import matplotlib.pyplot as plt  # noqa: E402
 
-from attention_jax import cli, report  # noqa: E402
+from attention_jax.harness import cli, report  # noqa: E402
 from attention_jax import functional as F  # noqa: E402
 
 NAME = "scaling"

@@ -11,7 +11,7 @@ import jax
 import numpy as np
 import pytest
 
-from experiments import _complexity_measure as M
+from experiments.complexity import measure as M
 from experiments import complexity
 
 

@@ -17,7 +17,7 @@ import pytest
 
 from experiments import ladder
 
-NAMES = [row[0] for row in ladder.ROWS]
+NAMES = [row.name for row in ladder.ROWS]
 PARAMS = [263_168, 263_168, 279_552, 279_552, 328_704, 328_704, 345_216, 476_928, 477_696, 675_584]
 SMOKE = ["--preset", "smoke", "--no-progress"]
 
@@ -85,7 +85,7 @@ def test_smoke_ladder_writes_table_results_and_plot(runs):
     # The two rows of the --rows run were reused, the other eight trained now.
     assert [r["name"] for r in rows if r["cached"]] == ["no_context", "heads"]
     assert run.trained == sorted(NAMES)
-    assert [r["book_val_ppl"] for r in rows] == [row[3] for row in ladder.ROWS]
+    assert [r["book_val_ppl"] for r in rows] == [row.book_val_ppl for row in ladder.ROWS]
     assert rows[0]["change"] is None
     assert rows[1]["change"] == pytest.approx(rows[1]["val_ppl"] - rows[0]["val_ppl"])
     claims = run.results["claims"]

@@ -14,6 +14,7 @@ from flax import nnx
 from attention_jax import functional as F
 from attention_jax.config import MIXERS, POSITIONS, ModelConfig
 from attention_jax.model import Block, Head, LanguageModel, MultiHeadAttention, UniformAverage
+from attention_jax.torch_ref import TwinBlock as TorchBlock, TwinLM as TorchLM, as_torch as _t, torch_mha
 
 torch.set_num_threads(1)
 
@@ -39,94 +40,6 @@ def tokens(seed=0, shape=(B, T), vocab=50):
 
 def hidden(seed=0, shape=(B, T, 32)):
     return jnp.asarray(np.random.default_rng(seed).standard_normal(shape), jnp.float32)
-
-
-# --- torch twins (nanoGPT style) and weight copying -----------------------------------------
-
-def _t(x):
-    return torch.from_numpy(np.array(x, np.float32))
-
-
-def copy_dense(linear, dense):
-    """torch Linear computes x·Wᵀ + b, ours x·K + b: W = Kᵀ. A torch bias we lack is set to 0."""
-    linear.weight.data = _t(dense.kernel[...]).T.contiguous()
-    if linear.bias is not None:
-        linear.bias.data = torch.zeros_like(linear.bias) if dense.bias is None else _t(dense.bias[...])
-
-
-def copy_norm(torch_ln, ln):
-    torch_ln.weight.data = _t(ln.scale[...])
-    torch_ln.bias.data = _t(ln.bias[...])
-
-
-class TorchBlock(torch.nn.Module):
-    def __init__(self, cfg):
-        super().__init__()
-        d, self.h = cfg.d_model, cfg.n_heads
-        self.ln1, self.ln2 = torch.nn.LayerNorm(d, eps=cfg.ln_eps), torch.nn.LayerNorm(d, eps=cfg.ln_eps)
-        self.c_attn = torch.nn.Linear(d, 3 * d, bias=cfg.qkv_bias)
-        self.c_proj = torch.nn.Linear(d, d)
-        self.up, self.down = torch.nn.Linear(d, cfg.d_ff), torch.nn.Linear(cfg.d_ff, d)
-
-    def attn(self, x):
-        b, t, d = x.shape
-        q, k, v = (y.view(b, t, self.h, d // self.h).transpose(1, 2) for y in self.c_attn(x).split(d, dim=2))
-        y = TF.scaled_dot_product_attention(q, k, v, is_causal=True)
-        return self.c_proj(y.transpose(1, 2).reshape(b, t, d))
-
-    def forward(self, x):
-        x = x + self.attn(self.ln1(x))
-        return x + self.down(TF.gelu(self.up(self.ln2(x))))
-
-    def load(self, block):
-        copy_norm(self.ln1, block.ln1), copy_norm(self.ln2, block.ln2)
-        copy_dense(self.c_attn, block.mixer.qkv), copy_dense(self.c_proj, block.mixer.out)
-        copy_dense(self.up, block.ffn.up), copy_dense(self.down, block.ffn.down)
-        return self
-
-
-class TorchLM(torch.nn.Module):
-    def __init__(self, cfg):
-        super().__init__()
-        self.wte = torch.nn.Embedding(cfg.vocab_size, cfg.d_model)
-        self.wpe = torch.nn.Embedding(cfg.position_rows, cfg.d_model)
-        self.blocks = torch.nn.ModuleList(TorchBlock(cfg) for _ in range(cfg.n_layers))
-        self.ln_f = torch.nn.LayerNorm(cfg.d_model, eps=cfg.ln_eps)
-        self.lm_head = None if cfg.tie_embeddings else torch.nn.Linear(cfg.d_model, cfg.vocab_size)
-
-    def forward(self, idx):
-        x = self.wte(idx) + self.wpe(torch.arange(idx.shape[1]))
-        for block in self.blocks:
-            x = block(x)
-        x = self.ln_f(x)
-        return x @ self.wte.weight.T if self.lm_head is None else self.lm_head(x)
-
-    def load(self, model):
-        self.wte.weight.data = _t(model.token_embed.embedding[...])
-        self.wpe.weight.data = _t(model.position_embed.embedding[...])
-        for mine, theirs in zip(self.blocks, model.blocks):
-            mine.load(theirs)
-        copy_norm(self.ln_f, model.ln_f)
-        if self.lm_head is not None:
-            copy_dense(self.lm_head, model.lm_head)
-        return self
-
-
-# --- parity with torch ----------------------------------------------------------------------
-
-def torch_mha(mha):
-    """torch.nn.MultiheadAttention carrying `mha`'s weights.
-
-    in_proj_weight [3E, E] is our qkv kernel [D, 3·H·Dh] transposed: its rows are laid out (3, H, Dh)
-    like our columns. torch has either all biases or none, so a bias we lack becomes zeros there.
-    """
-    cfg = mha.config
-    ref = torch.nn.MultiheadAttention(cfg.d_model, cfg.n_heads, bias=cfg.qkv_bias or cfg.bias, batch_first=True)
-    ref.in_proj_weight.data = _t(mha.qkv.kernel[...]).T.contiguous()
-    if ref.in_proj_bias is not None:
-        ref.in_proj_bias.data = torch.zeros(3 * cfg.d_model) if mha.qkv.bias is None else _t(mha.qkv.bias[...])
-    copy_dense(ref.out_proj, mha.out)
-    return ref
 
 
 FUTURE = torch.ones(T, T, dtype=torch.bool).triu(1)                    # torch MHA: True = may NOT attend

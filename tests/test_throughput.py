@@ -11,7 +11,7 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
-from attention_jax import fastpath
+from attention_jax import kernels
 from attention_jax import functional as F
 from experiments import throughput
 
@@ -75,7 +75,7 @@ def test_attention_in_causal_halves_equals_one_masked_softmax(T, with_bias, rng)
         return jnp.einsum("...TS,...SD->...TD", w, v), w
 
     def halves(q, k, v):
-        return fastpath.causal_attention(q, k, v, bias=bias, return_weights=True)
+        return F.causal_attention(q, k, v, bias=bias, return_weights=True)
 
     (out, w), (ref_out, ref_w) = jax.jit(halves)(q, k, v), jax.jit(plain)(q, k, v)
     chex.assert_trees_all_close((out, w), (ref_out, ref_w), atol=1e-6)
@@ -86,7 +86,7 @@ def test_attention_in_causal_halves_equals_one_masked_softmax(T, with_bias, rng)
 
 def test_a_fully_masked_half_gives_zero_weights_not_nan():
     q = k = v = jnp.ones((1, 4, 2))
-    attend = jax.jit(lambda q, k, v: fastpath.causal_attention(q, k, v, bias=jnp.full((4, 4), -jnp.inf),
+    attend = jax.jit(lambda q, k, v: F.causal_attention(q, k, v, bias=jnp.full((4, 4), -jnp.inf),
                                                                return_weights=True))
     out, w = attend(q, k, v)
     assert np.all(np.isfinite(np.asarray(out))) and np.all(np.asarray(w) == 0.0)

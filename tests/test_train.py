@@ -22,7 +22,7 @@ from flax import nnx
 from attention_jax.config import ModelConfig
 from attention_jax.data import eval_windows
 from attention_jax.errors import CheckpointError, ConfigError
-from attention_jax.fit import fit
+from attention_jax.train import fit
 from attention_jax.train import Engine, TrainConfig, make_optimizer, unstack_seed
 
 REPO = pathlib.Path(__file__).resolve().parents[1]

@@ -3,7 +3,7 @@
 One layer (width 512, 8 heads, batch 1, float32) at n = 128, 256, … in the chapter's columns,
 with log-log exponents over the last four rows (book: time ~n^1.91, memory ~n^1.87), then the
 memory-efficient attention (Rabe & Staats 2021), forward and forward + backward, going on where
-the naive one stops. A process per row (`_complexity_measure`); what would not fit is estimated.
+the naive one stops. A process per row (`experiments.complexity.measure`); what would not fit is estimated.
 """
 from __future__ import annotations
 
@@ -13,9 +13,9 @@ import time
 
 import numpy as np
 
-from attention_jax import cli, report
+from attention_jax.harness import cli, report
 from attention_jax.errors import ConfigError
-from experiments._complexity_measure import VARIANTS, matrix_bytes, run_child
+from experiments.complexity.measure import VARIANTS, matrix_bytes, run_child
 
 NAME, MIB = "complexity", 2 ** 20
 # repeats: timed calls per row (median), one from one_repeat_from on (seconds a call). The memory-
@@ -166,5 +166,3 @@ def _main(argv=None):
 
 main = cli.main(_main)
 
-if __name__ == "__main__":
-    raise SystemExit(main())

@@ -15,12 +15,11 @@ from typing import Any, Callable, Sequence
 
 import numpy as np
 
-from attention_jax import cli, report
-from attention_jax.config import ModelConfig
+from attention_jax.config import ModelConfig, TrainConfig
 from attention_jax.data import load_tokens, resolve_corpus, train_val_split
-from attention_jax.fit import fit
-from attention_jax.probe import count_params
-from attention_jax.train import Engine, TrainConfig
+from attention_jax.harness import cli, report
+from attention_jax.inspect import count_params
+from attention_jax.train import Engine, fit
 
 
 def add_training_args(p, *, rows: Sequence[str] | None = None):

@@ -1,5 +1,9 @@
-"""Keep freed memory in the process, so XLA's per-step scratch area is not paged in anew.
+"""What this machine is: the accelerator JAX found, and a malloc tuned for XLA on a CPU.
 
+`accelerator()` picks the default preset (paper on a GPU/TPU, cpu otherwise).
+
+`apply_mallopt()` keeps freed memory in the process, so XLA's per-step scratch area is not
+paged in anew.
 glibc hands every allocation above 32 MB to mmap and gives it back on free, so XLA's
 ~120-250 MB CPU scratch area costs ~60k page faults (~100 ms of kernel time) on every
 training step of the ladder's one-block model. One arena, no mmap and no trimming keep
@@ -25,3 +29,10 @@ def apply_mallopt() -> bool:
         return all(libc.mallopt(param, value) == 1 for param, value in MALLOPT_SETTINGS)
     except (OSError, AttributeError):   # not glibc: nothing to tune
         return False
+
+
+def accelerator() -> str | None:
+    """'gpu' or 'tpu' when JAX sees one, else None (imports JAX: call it only when needed)."""
+    import jax
+    backend = jax.default_backend()
+    return backend if backend in ("gpu", "tpu", "cuda", "rocm") else None

@@ -11,7 +11,7 @@ from flax import nnx
 from attention_jax import functional as F
 from attention_jax.config import GPT2_SMALL, ModelConfig
 from attention_jax.model import Block, LanguageModel
-from attention_jax.probe import ablate, capture_attention, count_params, param_breakdown
+from attention_jax.inspect import ablate, capture_attention, count_params, param_breakdown
 
 # The chapter's ladder: vocab 1024, d_model 128, each rung adds one thing to the one before.
 RUNG0 = ModelConfig(vocab_size=1024, context=128, d_model=128, mixer="none", positions="none",

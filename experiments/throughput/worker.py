@@ -1,6 +1,6 @@
 """The contestants of experiments/throughput.py, each run in a process of its own.
 
-    python -m experiments._throughput_worker jax|torch --batch B [--warmup N] [--devices N]
+    python -m experiments.throughput.worker jax|torch --batch B [--warmup N] [--devices N]
 
 Each contestant needs its own process: the allocator (LD_PRELOAD, or glibc's mallopt,
 which must act before any thread exists) and the number of JAX CPU devices are fixed at
@@ -16,7 +16,7 @@ import sys
 
 # Imported before jax on purpose: mallopt must act before any thread exists. The package
 # import runs no jax computation, so no thread pool has started yet.
-from attention_jax.allocator import MALLOPT_ENV, apply_mallopt
+from attention_jax.harness.platform import MALLOPT_ENV, apply_mallopt
 
 MALLOPT_APPLIED = os.environ.get(MALLOPT_ENV) == "1" and __name__ == "__main__" and apply_mallopt()
 
@@ -36,8 +36,7 @@ def jax_contestant(batch: int, devices: int):
         jax.config.update("jax_num_cpu_devices", devices)   # before the backend starts
     import jax.numpy as jnp
     from attention_jax.train import Engine, TrainConfig
-    from experiments.ladder import ROWS
-    cfg = dict((name, c) for name, _, c, _ in ROWS)["layer_norm"]
+    from experiments.configs import ONE_BLOCK as cfg
     assert (cfg.vocab_size, cfg.context) == (VOCAB, CONTEXT)
     engine = Engine(cfg, TrainConfig(batch_size=batch))   # AdamW, lr 1e-3: the ladder's step
     state = engine.init([0])
@@ -74,8 +73,9 @@ def main(argv=None):
     if args.kind == "jax":
         step, peak, info = jax_contestant(args.batch, args.devices)
     else:
-        from experiments._throughput_torch import torch_contestant
-        step, peak, info = torch_contestant(args.batch, VOCAB, CONTEXT)
+        from attention_jax.torch_ref import torch_contestant
+        from experiments.configs import ONE_BLOCK
+        step, peak, info = torch_contestant(args.batch, ONE_BLOCK)
     for i in range(args.warmup):   # compiles, fills the allocator's caches
         step(i)
     info["mallopt"] = bool(MALLOPT_APPLIED)
@@ -101,7 +101,7 @@ def take_turns(rows: dict, p: dict, env=None) -> dict[str, dict]:
     """
     procs = {}
     for name, (args, extra, *_) in rows.items():
-        cmd = [sys.executable, "-m", "experiments._throughput_worker", *args, "--batch", str(p["batch"]),
+        cmd = [sys.executable, "-m", "experiments.throughput.worker", *args, "--batch", str(p["batch"]),
                "--warmup", str(p["warmup"])]
         procs[name] = subprocess.Popen(cmd, stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True,
                                        env={**(os.environ if env is None else env), **extra})

@@ -21,11 +21,10 @@ import sysconfig
 
 import numpy as np
 
-from attention_jax import cli, report
 from attention_jax.errors import ConfigError
-from attention_jax.probe import param_breakdown
-from experiments._throughput_worker import CONTEXT, MALLOPT_ENV, take_turns
-from experiments.ladder import ROWS
+from attention_jax.harness import cli, report
+from experiments.configs import ONE_BLOCK
+from experiments.throughput.worker import CONTEXT, MALLOPT_ENV, take_turns
 
 NAME = "throughput"
 PRESETS = {   # rounds × steps timed per contestant, after `warmup` steps
@@ -93,7 +92,8 @@ def _main(argv=None):
     os.environ.setdefault("XLA_PYTHON_CLIENT_PREALLOCATE", "false")
     preset, p = cli.choose_preset(args.preset, PRESETS)
     p = {**p, **({"rounds": args.rounds} if args.rounds else {})}
-    cfg = dict((name, c) for name, _, c, _ in ROWS)["layer_norm"]
+    from attention_jax.inspect import param_breakdown   # imports JAX: after --help
+    cfg = ONE_BLOCK
     n_params = sum(n for part, n in param_breakdown(cfg).items() if part not in ("token_embed", "position_embed"))
     tokens = p["batch"] * CONTEXT
     flops = tokens * (6 * n_params + 12 * cfg.n_layers * CONTEXT * cfg.d_model)
@@ -142,5 +142,3 @@ def _main(argv=None):
 
 main = cli.main(_main)
 
-if __name__ == "__main__":
-    raise SystemExit(main())

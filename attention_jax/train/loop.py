@@ -14,17 +14,15 @@ from __future__ import annotations
 import dataclasses
 import json
 import pathlib
-import shutil
 import time
 from typing import Any, Sequence
 
 import numpy as np
-import orbax.checkpoint as ocp
 from tqdm.auto import tqdm
 
 from attention_jax.config import ModelConfig
-from attention_jax.errors import CheckpointError
-from attention_jax.train import Engine, TrainConfig
+from attention_jax.train.checkpoints import Checkpoints
+from attention_jax.train.engine import Engine, TrainConfig
 
 
 @dataclasses.dataclass
@@ -41,44 +39,6 @@ class RunResult:
     def mean_std(self, field: str) -> tuple[float, float]:
         values = np.asarray(getattr(self, field), dtype=np.float64)
         return float(values.mean()), float(values.std(ddof=1) if len(values) > 1 else 0.0)
-
-
-class Checkpoints:
-    """orbax CheckpointManager plus a fingerprint, so a run never resumes someone else's state."""
-
-    def __init__(self, workdir: pathlib.Path, every: int, fingerprint: dict, *, resume: bool):
-        self.dir = workdir.absolute() / "checkpoints"
-        meta = workdir / "run.json"
-        if not resume and self.dir.exists():
-            shutil.rmtree(self.dir)
-        if resume and meta.exists() and self.dir.exists():
-            stored = json.loads(meta.read_text())
-            if stored != fingerprint:
-                raise CheckpointError(f"the checkpoint in {self.dir} was made by another configuration; "
-                                      "delete that folder or choose another --out")
-        workdir.mkdir(parents=True, exist_ok=True)
-        meta.write_text(json.dumps(fingerprint, indent=1, sort_keys=True))
-        options = ocp.CheckpointManagerOptions(save_interval_steps=every, max_to_keep=1,
-                                               enable_async_checkpointing=False)
-        self.manager = ocp.CheckpointManager(self.dir, options=options)
-
-    def restore(self, abstract_state) -> tuple[int, Any]:
-        step = self.manager.latest_step()
-        if step is None:
-            return 0, None
-        try:
-            state = self.manager.restore(step, args=ocp.args.StandardRestore(abstract_state))
-        except Exception as e:  # orbax raises many kinds on a structure mismatch
-            raise CheckpointError(f"cannot restore {self.dir} (step {step}): it does not match this model "
-                                  f"({type(e).__name__}); delete that folder to start again") from None
-        return step, state
-
-    def save(self, step: int, state, *, force: bool = False) -> None:
-        self.manager.save(step, args=ocp.args.StandardSave(state), force=force)
-
-    def close(self):
-        self.manager.wait_until_finished()
-        self.manager.close()
 
 
 def fit(model_config: ModelConfig, train_config: TrainConfig, train_tokens: np.ndarray,

@@ -12,15 +12,8 @@ import functools
 import sys
 from typing import Callable, Mapping
 
-from attention_jax.allocator import apply_mallopt
 from attention_jax.errors import ConfigError, UserError
-
-
-def accelerator() -> str | None:
-    """'gpu' or 'tpu' when JAX sees one, else None."""
-    import jax
-    backend = jax.default_backend()
-    return backend if backend in ("gpu", "tpu", "cuda", "rocm") else None
+from attention_jax.harness.platform import accelerator, apply_mallopt
 
 
 def parser(name: str, description: str, presets: Mapping[str, object] | None = None) -> argparse.ArgumentParser:

@@ -1,6 +1,6 @@
 """One row of the complexity table: one layer, one length, one variant, in a process of its own.
 
-`python -m experiments._complexity_measure --n 4096 --variant naive` prints one JSON line.
+`python -m experiments.complexity.measure --n 4096 --variant naive` prints one JSON line.
 A process per row, because on a CPU the figure that tells the truth is resident memory:
 `memory_analysis()` counts only the buffers XLA plans, not what a fusion library such as
 YNNPACK allocates itself (naive forward + backward, n = 4096: 2,104 MB planned, 4,762 MB
@@ -147,10 +147,10 @@ def measure(n: int, variant: str, *, repeats: int, chunk_size: int, expect_bytes
 def run_child(n: int, variant: str, *, repeats: int, chunk_size: int, expect_bytes: float = 0,
               budget_bytes: int | None = None) -> dict:
     """`measure` in a process of its own; a crash or the kernel's OOM kill becomes a row too."""
-    cmd = [sys.executable, "-m", "experiments._complexity_measure", "--n", str(n), "--variant", variant,
+    cmd = [sys.executable, "-m", "experiments.complexity.measure", "--n", str(n), "--variant", variant,
            "--repeats", str(repeats), "--chunk-size", str(chunk_size), "--expect-bytes", str(int(expect_bytes))]
     cmd += [] if budget_bytes is None else ["--budget-bytes", str(int(budget_bytes))]
-    proc = subprocess.run(cmd, cwd=pathlib.Path(__file__).resolve().parents[1], capture_output=True, text=True)
+    proc = subprocess.run(cmd, cwd=pathlib.Path(__file__).resolve().parents[2], capture_output=True, text=True)
     if proc.returncode == 0:
         return json.loads(proc.stdout.strip().splitlines()[-1])
     killed = proc.returncode in (-9, 137)

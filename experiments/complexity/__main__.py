@@ -1,0 +1,4 @@
+"""`python -m experiments.complexity`."""
+from experiments.complexity import main
+
+raise SystemExit(main())

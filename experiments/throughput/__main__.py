@@ -1,0 +1,4 @@
+"""`python -m experiments.throughput`."""
+from experiments.throughput import main
+
+raise SystemExit(main())
