@@ -9,6 +9,8 @@ can parse its flags and presets without paying for it.
 from __future__ import annotations
 
 import dataclasses
+import math
+import numbers
 
 from attention_jax.errors import ConfigError
 
@@ -16,6 +18,14 @@ MIXERS = ("none", "average", "head", "heads")
 POSITIONS = ("none", "learned", "sinusoidal", "rope", "alibi")
 NORMS = ("pre", "post")
 INITS = ("torch", "gpt2")
+
+
+def _finite(value) -> bool:
+    """A finite real number. nan compares False with everything, so `nan <= 0` would let it
+    through a range check, and inf passes `> 0`; a bool is an int to Python but never a
+    rate or an epsilon; a string from a config file would fail only deep inside training.
+    """
+    return isinstance(value, numbers.Real) and not isinstance(value, bool) and math.isfinite(value)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -59,7 +69,15 @@ class ModelConfig:
                  f"{name}={getattr(self, name)!r} must be a positive integer")
         need(self.max_positions is None or (isinstance(self.max_positions, int) and self.max_positions > 0),
              f"max_positions={self.max_positions!r} must be a positive integer (or None for context)")
-        need(0.0 <= self.dropout < 1.0, f"dropout={self.dropout} must lie in [0, 1)")
+        need(_finite(self.dropout) and 0.0 <= self.dropout < 1.0,
+             f"dropout={self.dropout!r} must be a number in [0, 1) (the probability of dropping)")
+        # LayerNorm divides by sqrt(var + ln_eps): 0 divides a constant vector by zero and a
+        # negative one takes the root of a negative number, both NaN at the first step.
+        need(_finite(self.ln_eps) and self.ln_eps > 0,
+             f"ln_eps={self.ln_eps!r} must be a finite positive number (LayerNorm's variance floor, e.g. 1e-5)")
+        # RoPE's frequencies are rope_base ** (-2i/d): 0 or a negative base gives inf or NaN.
+        need(_finite(self.rope_base) and self.rope_base > 0,
+             f"rope_base={self.rope_base!r} must be a finite positive number (RoPE's frequency base, e.g. 10000)")
         if self.mixer == "heads" and self.d_head is None:
             need(self.d_model % self.n_heads == 0,
                  f"d_model={self.d_model} is not divisible by n_heads={self.n_heads}; "
@@ -119,16 +137,30 @@ class TrainConfig:
     eval_batch: int = 32
 
     def __post_init__(self):
-        for name in ("steps", "batch_size", "lr", "log_every", "checkpoint_every", "train_eval_windows",
-                     "eval_batch"):
+        def need(ok, msg):
+            if not ok:
+                raise ConfigError(f"invalid TrainConfig: {msg}")
+
+        # The float fields first, each a finite number: a nan or inf learning rate (or
+        # decay, or clip) trains without complaint and turns every weight into NaN.
+        need(_finite(self.lr) and self.lr > 0, f"lr={self.lr!r} must be a finite positive number (e.g. 1e-3)")
+        for name in ("weight_decay", "grad_clip"):
+            value = getattr(self, name)
+            need(_finite(value) and value >= 0, f"{name}={value!r} must be a finite number >= 0 (0 = off)")
+        # Adam's moment decay rates: 1 never forgets (the bias correction divides by 0),
+        # above 1 or below 0 the averages grow without bound or flip sign.
+        for name, usual in (("b1", 0.9), ("b2", 0.999)):
+            value = getattr(self, name)
+            need(_finite(value) and 0 <= value < 1, f"{name}={value!r} must be a number in [0, 1) (usually {usual})")
+        for name in ("steps", "batch_size", "log_every", "checkpoint_every", "train_eval_windows", "eval_batch"):
             if getattr(self, name) <= 0:
                 raise ConfigError(f"invalid TrainConfig: {name}={getattr(self, name)} must be positive")
-        for name in ("weight_decay", "warmup_steps", "grad_clip", "eval_every"):
+        for name in ("warmup_steps", "eval_every"):
             if getattr(self, name) < 0:
                 raise ConfigError(f"invalid TrainConfig: {name}={getattr(self, name)} must be >= 0")
         if self.schedule not in ("constant", "cosine"):
             raise ConfigError(f"invalid TrainConfig: schedule={self.schedule!r}; choose 'constant' or 'cosine'")
-        if not 0 <= self.min_lr_ratio <= 1:
+        if not (_finite(self.min_lr_ratio) and 0 <= self.min_lr_ratio <= 1):
             raise ConfigError(f"invalid TrainConfig: min_lr_ratio={self.min_lr_ratio} must be in [0, 1]")
         if self.schedule == "cosine" and self.warmup_steps >= self.steps:
             raise ConfigError(f"invalid TrainConfig: warmup_steps={self.warmup_steps} leaves no step "

@@ -5,6 +5,11 @@ dimensions, and composes with `jit`, `vmap` and `grad`. The Flax modules in
 `attention_jax.model` are thin wrappers around these functions.
 
 Axis names used in einsum strings: T = query position, S = key position, D = feature.
+
+Integer and bool inputs are promoted to float32, never truncated: weights in [0, 1] cast
+back to an integer type would be all zeros (or a one), a silently wrong answer. Float
+inputs keep their dtype; half precision is computed in float32 inside where it matters
+(the softmax, LayerNorm's statistics) and returned in half precision.
 """
 from __future__ import annotations
 
@@ -17,6 +22,16 @@ from attention_jax.kernels import dense as _fast_dense
 from attention_jax.memory_efficient import memory_efficient_attention  # noqa: F401  (part of the API)
 
 
+def _floating(x) -> jax.Array:
+    """`x` as a float array: float dtypes untouched (no op at all), integer/bool -> float32.
+
+    Only non-float inputs are cast, so a float32 computation traces to exactly the
+    operations it did before this guard existed.
+    """
+    x = jnp.asarray(x)
+    return x if jnp.issubdtype(x.dtype, jnp.inexact) else x.astype(jnp.float32)
+
+
 # --- masks and scores ------------------------------------------------------------------
 
 def causal_mask(n: int) -> jax.Array:
@@ -25,7 +40,12 @@ def causal_mask(n: int) -> jax.Array:
 
 
 def attention_scores(q: jax.Array, k: jax.Array, *, scale: bool = True) -> jax.Array:
-    """q·kᵀ, divided by √d_k when `scale` (the variance argument: Var(q·k) = d_k)."""
+    """q·kᵀ, divided by √d_k when `scale` (the variance argument: Var(q·k) = d_k).
+
+    Integer/bool q and k are promoted to float32 first, so the scores are float32 whether
+    or not they are scaled (and an integer product cannot overflow).
+    """
+    q, k = _floating(q), _floating(k)
     scores = jnp.einsum("...TD,...SD->...TS", q, k)
     if scale:
         scores = scores / jnp.sqrt(jnp.asarray(q.shape[-1], scores.dtype))
@@ -37,8 +57,12 @@ def masked_softmax(scores: jax.Array, mask: jax.Array | None = None) -> jax.Arra
 
     -inf is what masking means: exp(-inf) is exactly 0, it survives a cast to float16,
     and no constant has to be "large enough" for the scores at hand. A fully masked row
-    returns zeros, not NaN. Half-precision inputs are normalised in float32.
+    returns zeros, not NaN. Half-precision inputs are normalised in float32 and returned
+    in their dtype; integer/bool scores are promoted to float32 (weights in [0, 1] cast
+    back to an integer would be truncated to 0). `mask` is a mask, whatever its dtype:
+    nonzero/True means "may attend".
     """
+    scores = _floating(scores)
     dtype = scores.dtype
     s = scores.astype(jnp.promote_types(dtype, jnp.float32))
     if mask is not None:
@@ -52,7 +76,10 @@ def masked_softmax(scores: jax.Array, mask: jax.Array | None = None) -> jax.Arra
 
 
 def attention_weights(q, k, *, mask=None, bias=None, scale: bool = True) -> jax.Array:
-    """Softmax(q·kᵀ/√d + bias) with `mask` applied after the bias (ALiBi adds a bias)."""
+    """Softmax(q·kᵀ/√d + bias) with `mask` applied after the bias (ALiBi adds a bias).
+
+    Float weights always: integer/bool q and k are promoted to float32 (`attention_scores`).
+    """
     scores = attention_scores(q, k, scale=scale)
     if bias is not None:
         scores = scores + bias
@@ -60,9 +87,13 @@ def attention_weights(q, k, *, mask=None, bias=None, scale: bool = True) -> jax.
 
 
 def attention(q, k, v, *, mask=None, bias=None, scale: bool = True, return_weights: bool = False):
-    """Score, mask, normalise, mix: the weighted average of the values."""
+    """Score, mask, normalise, mix: the weighted average of the values.
+
+    Integer/bool q, k, v are promoted to float32 (a weighted average of integers is not
+    an integer); float inputs keep their dtype.
+    """
     w = attention_weights(q, k, mask=mask, bias=bias, scale=scale)
-    out = jnp.einsum("...TS,...SD->...TD", w, v)
+    out = jnp.einsum("...TS,...SD->...TD", w, _floating(v))
     return (out, w) if return_weights else out
 
 
@@ -76,7 +107,9 @@ def causal_attention(q, k, v, *, bias=None, scale: bool = True, dropout=None, re
 
     Returns (out, weights): weights [..., T, T] before dropout when `return_weights`, else
     None. `dropout` (a callable, e.g. nnx.Dropout) is applied to each half's weights.
+    Integer/bool q, k, v are promoted to float32, as in `attention`.
     """
+    q, k, v = _floating(q), _floating(k), _floating(v)
     T = q.shape[-2]
     mask, h = causal_mask(T), T // 2
     halves = [(slice(0, h), slice(0, h)), (slice(h, T), slice(0, T))] if h else [(slice(0, T),) * 2]
@@ -103,7 +136,9 @@ def softmax_jacobian(scores: jax.Array, mask: jax.Array | None = None) -> jax.Ar
 
     Analytically this is diag(w) - w wᵀ; its trace Σ w_i(1 - w_i) goes to 0 as a row
     saturates on one entry, which is why unscaled scores freeze a head at initialisation.
+    Integer/bool scores are promoted to float32 (a derivative needs float inputs).
     """
+    scores = _floating(scores)
     n = scores.shape[-1]
     row_jacobian = jax.jacobian(lambda row, m: masked_softmax(row, m))
     flat = scores.reshape(-1, n)
@@ -181,7 +216,12 @@ def dense(x: jax.Array, kernel: jax.Array, bias: jax.Array | None = None) -> jax
 
 
 def layer_norm(x: jax.Array, scale: jax.Array, bias: jax.Array | None, eps: float = 1e-5) -> jax.Array:
-    """Normalise each vector over its features (biased variance, as torch), then affine."""
+    """Normalise each vector over its features (biased variance, as torch), then affine.
+
+    Statistics in float32 for half-precision x, returned in x's dtype; integer/bool x is
+    promoted to float32 (normalised values cast back to integers would be truncated).
+    """
+    x = _floating(x)
     x32 = x.astype(jnp.promote_types(x.dtype, jnp.float32))
     mean = jnp.mean(x32, axis=-1, keepdims=True)
     var = jnp.mean(jnp.square(x32 - mean), axis=-1, keepdims=True)

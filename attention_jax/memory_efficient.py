@@ -28,13 +28,17 @@ def memory_efficient_attention(q, k, v, *, causal: bool = True, chunk_size: int 
 
     Any n works: the sequence is padded to a whole number of chunks and the padded
     keys are masked with -inf, like future keys under the causal mask.
+
+    Computed in float32 always. The output has q's dtype when q is a float (half
+    precision stays half); integer/bool inputs are promoted to float32 rather than the
+    result truncated back to integers, as everywhere in `attention_jax.functional`.
     """
     lead = jnp.broadcast_shapes(q.shape[:-2], k.shape[:-2], v.shape[:-2])
     n_q, d = q.shape[-2:]
     n_k = k.shape[-2]
     q_chunk = min(query_chunk_size or chunk_size, n_q)
     k_chunk = min(chunk_size, n_k)
-    out_dtype = q.dtype
+    out_dtype = q.dtype if jnp.issubdtype(q.dtype, jnp.inexact) else jnp.result_type(q, k, v, jnp.float32)
 
     def flat(x):  # [..., n, d] -> [M, n, d] float32, M = all leading dims together
         x = jnp.broadcast_to(x, lead + x.shape[-2:]).astype(jnp.float32)

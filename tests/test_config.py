@@ -6,7 +6,7 @@ import jax.numpy as jnp
 import pytest
 from flax import nnx
 
-from attention_jax.config import GPT2_SMALL, MIXERS, POSITIONS, ModelConfig
+from attention_jax.config import GPT2_SMALL, MIXERS, POSITIONS, ModelConfig, TrainConfig
 from attention_jax.errors import ConfigError, UserError
 from attention_jax.model import LanguageModel
 
@@ -37,6 +37,20 @@ INVALID = [
     (dict(positions="learned", context=128, max_positions=64), "max_positions"),
     (dict(positions="learned", context=128, max_positions=-5), "max_positions"),
     (dict(mixer="head", d_model=32, d_head=16), "d_head"),
+    (dict(dropout=float("nan")), "dropout"),
+    (dict(dropout=float("inf")), "dropout"),
+    (dict(dropout="0.1"), "dropout"),
+    (dict(dropout=None), "dropout"),
+    (dict(ln_eps=-1.0), "ln_eps"),
+    (dict(ln_eps=0.0), "ln_eps"),
+    (dict(ln_eps=float("nan")), "ln_eps"),
+    (dict(ln_eps=float("inf")), "ln_eps"),
+    (dict(ln_eps="1e-5"), "ln_eps"),
+    (dict(rope_base=0), "rope_base"),
+    (dict(rope_base=-10000.0), "rope_base"),
+    (dict(rope_base=float("nan")), "rope_base"),
+    (dict(rope_base=float("inf")), "rope_base"),
+    (dict(rope_base=True), "rope_base"),
 ]
 
 
@@ -121,3 +135,72 @@ def test_a_larger_max_positions_admits_longer_inputs():
     cfg = ModelConfig(vocab_size=50, context=6, max_positions=8, d_model=32, n_heads=4, positions="learned")
     logits = LanguageModel(cfg, rngs=nnx.Rngs(0))(jnp.zeros((2, 8), jnp.int32))
     assert logits.shape == (2, 8, 50)
+
+
+NAN, INF = float("nan"), float("inf")
+
+
+@pytest.mark.parametrize("kwargs, message", [
+    (dict(ln_eps=-1), "invalid ModelConfig: ln_eps=-1 must be a finite positive number"),
+    (dict(ln_eps=NAN), "invalid ModelConfig: ln_eps=nan must be a finite positive number"),
+    (dict(rope_base=0), "invalid ModelConfig: rope_base=0 must be a finite positive number"),
+    (dict(rope_base=INF), "invalid ModelConfig: rope_base=inf must be a finite positive number"),
+    (dict(dropout=NAN), "invalid ModelConfig: dropout=nan must be a number in [0, 1)"),
+    (dict(dropout="0.1"), "invalid ModelConfig: dropout='0.1' must be a number in [0, 1)"),
+], ids=lambda x: ",".join(f"{k}={v}" for k, v in x.items()) if isinstance(x, dict) else "")
+def test_non_finite_or_non_positive_model_numbers_are_one_line_errors(kwargs, message):
+    with pytest.raises(ConfigError) as info:
+        ModelConfig(**kwargs)
+    assert str(info.value).startswith(message) and "\n" not in str(info.value)
+
+
+def test_positive_finite_model_numbers_of_any_real_type_are_accepted():
+    import numpy as np
+    cfg = ModelConfig(ln_eps=1e-6, rope_base=500, dropout=np.float32(0.1))
+    assert (cfg.ln_eps, cfg.rope_base) == (1e-6, 500)
+    assert ModelConfig(dropout=0) == ModelConfig(dropout=0.0)
+
+
+TRAIN_INVALID = [
+    # (kwargs, the start of the one-line message)
+    (dict(lr=NAN), "invalid TrainConfig: lr=nan must be a finite positive number"),
+    (dict(lr=INF), "invalid TrainConfig: lr=inf must be a finite positive number"),
+    (dict(lr=-INF), "invalid TrainConfig: lr=-inf must be a finite positive number"),
+    (dict(lr=0.0), "invalid TrainConfig: lr=0.0 must be a finite positive number"),
+    (dict(lr=-1e-3), "invalid TrainConfig: lr=-0.001 must be a finite positive number"),
+    (dict(lr="1e-3"), "invalid TrainConfig: lr='1e-3' must be a finite positive number"),
+    (dict(lr=None), "invalid TrainConfig: lr=None must be a finite positive number"),
+    (dict(weight_decay=NAN), "invalid TrainConfig: weight_decay=nan must be a finite number >= 0"),
+    (dict(weight_decay=INF), "invalid TrainConfig: weight_decay=inf must be a finite number >= 0"),
+    (dict(weight_decay=-0.1), "invalid TrainConfig: weight_decay=-0.1 must be a finite number >= 0"),
+    (dict(grad_clip=NAN), "invalid TrainConfig: grad_clip=nan must be a finite number >= 0"),
+    (dict(grad_clip=INF), "invalid TrainConfig: grad_clip=inf must be a finite number >= 0"),
+    (dict(b1=NAN), "invalid TrainConfig: b1=nan must be a number in [0, 1)"),
+    (dict(b1=1.0), "invalid TrainConfig: b1=1.0 must be a number in [0, 1)"),
+    (dict(b1=-0.1), "invalid TrainConfig: b1=-0.1 must be a number in [0, 1)"),
+    (dict(b2=INF), "invalid TrainConfig: b2=inf must be a number in [0, 1)"),
+    (dict(b2=1.0), "invalid TrainConfig: b2=1.0 must be a number in [0, 1)"),
+    (dict(b2=1.5), "invalid TrainConfig: b2=1.5 must be a number in [0, 1)"),
+    (dict(min_lr_ratio=NAN), "invalid TrainConfig: min_lr_ratio=nan must be in [0, 1]"),
+    (dict(min_lr_ratio=INF), "invalid TrainConfig: min_lr_ratio=inf must be in [0, 1]"),
+]
+
+
+@pytest.mark.parametrize("kwargs, message", TRAIN_INVALID,
+                         ids=[",".join(f"{k}={v}" for k, v in kw.items()) for kw, _ in TRAIN_INVALID])
+def test_train_config_refuses_non_finite_and_out_of_range_numbers_in_one_line(kwargs, message):
+    with pytest.raises(ConfigError) as info:
+        TrainConfig(**kwargs)
+    assert str(info.value).startswith(message) and "\n" not in str(info.value)
+
+
+def test_train_config_accepts_its_defaults_and_the_edges_of_each_range():
+    assert TrainConfig() == TrainConfig(lr=1e-3, weight_decay=0.01, b1=0.9, b2=0.999, grad_clip=0.0,
+                                        min_lr_ratio=0.1)
+    TrainConfig(lr=1, weight_decay=0, b1=0.0, b2=0.0, grad_clip=1, min_lr_ratio=0)   # ints are numbers
+    TrainConfig(b1=0.999999, b2=0.999999, min_lr_ratio=1.0)
+
+
+def test_replace_validates_train_config_again():
+    with pytest.raises(ConfigError, match="lr=nan"):
+        dataclasses.replace(TrainConfig(), lr=NAN)

@@ -4,11 +4,16 @@ A small synthetic corpus (its hash patched in as the expected one) keeps this fa
 the token count needs the real file. The cache always lives in tmp_path, never in $HOME.
 """
 
+import contextlib
 import hashlib
+import http.server
 import io
 import os
 import pathlib
+import threading
+import time
 import urllib.error
+import urllib.request
 
 import numpy as np
 import pytest
@@ -22,6 +27,9 @@ from attention_jax.errors import DataError
 _REPO = pathlib.Path(__file__).resolve().parents[1]
 _CANDIDATES = [_REPO / os.environ.get("ATTENTION_JAX_DATA", "."), _REPO.parent / "shared" / "data"]
 REAL = next((p / data.CORPUS_NAME for p in _CANDIDATES if (p / data.CORPUS_NAME).is_file()), None)
+
+# The real urlopen, saved before the autouse fixture replaces it with one that refuses.
+_REAL_URLOPEN = urllib.request.urlopen
 
 WORDS = "to be or not that is the question whether tis nobler in mind suffer slings".split()
 SMALL = "\n".join(" ".join(WORDS[(i * 7 + j * 3) % len(WORDS)] for j in range(9)) for i in range(400)) + "\n"
@@ -106,6 +114,103 @@ def test_download_is_verified_before_it_lands(monkeypatch, good):
     with pytest.raises(DataError, match="expected"):
         data.resolve_corpus()
     assert not list(data.cache_dir().iterdir())  # a bad payload never becomes the cache
+
+
+@contextlib.contextmanager
+def local_server(payload: bytes, *, pause_s: float = 0.0, piece: int = 1 << 16):
+    """An HTTP server on 127.0.0.1 that sends `payload` in `piece`-byte bits, `pause_s` apart.
+
+    With a short pause and piece=1 it is the trickling server no per-read timeout ever
+    catches. Yields its URL; the handler stops writing as soon as the block exits.
+    """
+    done = threading.Event()
+
+    class Handler(http.server.BaseHTTPRequestHandler):
+        def do_GET(self):  # noqa: N802  (http.server's naming)
+            if not self.path.endswith(data.CORPUS_NAME):
+                self.send_error(404)
+                return
+            self.send_response(200)
+            self.send_header("Content-Length", str(len(payload)))
+            self.end_headers()
+            try:
+                for start in range(0, len(payload), piece):
+                    if done.wait(pause_s):
+                        return
+                    self.wfile.write(payload[start:start + piece])
+                    self.wfile.flush()
+            except OSError:  # the client gave up: exactly what the deadline should do
+                pass
+
+        def log_message(self, *args):  # keep pytest's output clean
+            pass
+
+    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+    server.daemon_threads = True
+    thread = threading.Thread(target=server.serve_forever, kwargs={"poll_interval": 0.05}, daemon=True)
+    thread.start()
+    try:
+        yield f"http://127.0.0.1:{server.server_address[1]}/{data.CORPUS_NAME}"
+    finally:
+        done.set()
+        server.shutdown()
+        server.server_close()
+
+
+@pytest.fixture
+def real_network(monkeypatch):
+    """Undo the autouse fixture's refusal, and keep any proxy away from 127.0.0.1."""
+    monkeypatch.setattr(corpus_mod.urllib.request, "urlopen", _REAL_URLOPEN)
+    for name in ("http_proxy", "HTTP_PROXY", "all_proxy", "ALL_PROXY"):
+        monkeypatch.delenv(name, raising=False)
+    monkeypatch.setenv("no_proxy", "127.0.0.1,localhost")
+    monkeypatch.setenv("NO_PROXY", "127.0.0.1,localhost")
+
+
+def test_download_from_a_real_http_server_lands_verified(monkeypatch, real_network):
+    with local_server(SMALL.encode(), piece=1000) as url:
+        monkeypatch.setattr(corpus_mod, "CORPUS_URL", url)
+        target = data.cache_dir() / data.CORPUS_NAME
+        assert data.resolve_corpus() == target and target.read_text() == SMALL
+
+
+def test_a_trickling_server_ends_at_the_total_deadline_with_one_line(monkeypatch, real_network):
+    # A byte every 0.1 s: every read succeeds long before urllib's per-read timeout would
+    # fire, so only a deadline on the whole download can end it.
+    monkeypatch.setattr(corpus_mod, "DOWNLOAD_TIMEOUT_S", 1.0)
+    with local_server(SMALL.encode(), pause_s=0.1, piece=1) as url:
+        monkeypatch.setattr(corpus_mod, "CORPUS_URL", url)
+        start = time.monotonic()
+        with pytest.raises(DataError) as info:
+            data.resolve_corpus()
+        elapsed = time.monotonic() - start
+    assert 0.9 <= elapsed < 3.0, elapsed
+    assert "did not finish within 1 s" in str(info.value)
+    assert_three_ways(info.value, data.cache_dir() / data.CORPUS_NAME)
+    assert not list(data.cache_dir().iterdir())  # nothing partial left in the cache
+
+
+def test_an_oversized_answer_is_refused_before_it_fills_memory(monkeypatch, real_network):
+    monkeypatch.setattr(corpus_mod, "DOWNLOAD_MAX_BYTES", 4096)
+    with local_server(b"x" * 100_000, piece=1024) as url:
+        monkeypatch.setattr(corpus_mod, "CORPUS_URL", url)
+        with pytest.raises(DataError, match="more than 4096 bytes") as info:
+            data.resolve_corpus()
+    assert_three_ways(info.value, data.cache_dir() / data.CORPUS_NAME)
+    assert not list(data.cache_dir().iterdir())
+
+
+@pytest.mark.parametrize("url, reason", [("{server}/moved.txt", "HTTP Error 404: Not Found"),
+                                         ("http://127.0.0.1:bad/", "nonnumeric port"),
+                                         ("notascheme://x", "unknown url type")],
+                         ids=["404", "malformed-port", "unknown-scheme"])
+def test_a_failed_or_malformed_request_is_one_line(monkeypatch, real_network, url, reason):
+    with local_server(b"") as server:
+        monkeypatch.setattr(corpus_mod, "CORPUS_URL", url.format(server=server.rsplit("/", 1)[0]))
+        with pytest.raises(DataError, match=f"download failed \\({reason}") as info:
+            data.resolve_corpus()
+    assert_three_ways(info.value, data.cache_dir() / data.CORPUS_NAME)
+    assert not list(data.cache_dir().iterdir())
 
 
 def test_cache_dir_precedence(tmp_path, monkeypatch):

@@ -210,6 +210,89 @@ def test_attention_can_return_its_weights(rng):
     chex.assert_trees_all_close(out, w @ v, atol=1e-6)
 
 
+# --- integer inputs are promoted, never truncated ---------------------------------------
+
+INT_DTYPES = [jnp.int8, jnp.int32, jnp.uint8]
+
+
+def ints(rng, *shape, low=-4, high=5):
+    return rng.integers(low, high, size=shape).astype(np.int32)
+
+
+@pytest.mark.parametrize("dtype", INT_DTYPES, ids=lambda d: jnp.dtype(d).name)
+def test_masked_softmax_of_integer_scores_is_the_float32_softmax(dtype, rng):
+    scores = jnp.asarray(ints(rng, 3, 6, 6, low=0), dtype)
+    for mask in (None, F.causal_mask(6)):
+        w = F.masked_softmax(scores, mask)
+        assert w.dtype == jnp.float32
+        np.testing.assert_array_equal(w, F.masked_softmax(scores.astype(jnp.float32), mask))
+    assert float(jnp.min(jnp.sum(F.masked_softmax(scores), -1))) > 0.99  # not truncated to 0
+
+
+def test_masked_softmax_of_bool_scores_promotes_and_a_bool_or_int_mask_stays_a_mask():
+    scores = jnp.array([[True, False, True, False]])
+    w = F.masked_softmax(scores)
+    assert w.dtype == jnp.float32
+    np.testing.assert_array_equal(w, F.masked_softmax(scores.astype(jnp.float32)))
+    bool_mask = jnp.array([[True, True, False, False]])
+    masked = F.masked_softmax(jnp.array([[3, 1, 2, 7]]), bool_mask)
+    assert masked.dtype == jnp.float32
+    np.testing.assert_array_equal(masked[0, 2:], [0.0, 0.0])           # masked, not weighted
+    chex.assert_trees_all_close(masked[0, :2], jax.nn.softmax(jnp.array([3.0, 1.0])), atol=1e-7)
+    np.testing.assert_array_equal(F.masked_softmax(jnp.array([[3, 1, 2, 7]]), bool_mask.astype(jnp.int32)),
+                                  masked)                               # a 0/1 mask means the same
+
+
+@pytest.mark.parametrize("scale", [False, True], ids=["unscaled", "scaled"])
+def test_attention_of_integer_inputs_equals_its_float32_version(scale, rng):
+    q, k, v = ints(rng, 2, 5, 4), ints(rng, 2, 5, 4), ints(rng, 2, 5, 3)
+    f32 = [x.astype(np.float32) for x in (q, k, v)]
+    mask = F.causal_mask(5)
+    scores = F.attention_scores(q, k, scale=scale)
+    assert scores.dtype == jnp.float32
+    np.testing.assert_array_equal(scores, F.attention_scores(*f32[:2], scale=scale))
+    w = F.attention_weights(q, k, mask=mask, scale=scale)
+    assert w.dtype == jnp.float32
+    np.testing.assert_array_equal(w, F.attention_weights(*f32[:2], mask=mask, scale=scale))
+    out, w = F.attention(q, k, v, mask=mask, scale=scale, return_weights=True)
+    want_out, want_w = F.attention(*f32, mask=mask, scale=scale, return_weights=True)
+    assert out.dtype == w.dtype == jnp.float32
+    np.testing.assert_array_equal(out, want_out)
+    np.testing.assert_array_equal(w, want_w)
+    out, w = F.causal_attention(q, k, v, scale=scale, return_weights=True)
+    want_out, want_w = F.causal_attention(*f32, scale=scale, return_weights=True)
+    assert out.dtype == w.dtype == jnp.float32
+    np.testing.assert_array_equal(out, want_out)
+    np.testing.assert_array_equal(w, want_w)
+
+
+def test_integer_products_do_not_overflow_before_the_softmax():
+    q = jnp.full((2, 3), 100, jnp.int8)  # 100·100·3 = 30000 overflows int8 many times over
+    chex.assert_trees_all_close(F.attention_scores(q, q, scale=False), jnp.full((2, 2), 30000.0))
+
+
+def test_softmax_jacobian_and_layer_norm_promote_integer_inputs(rng):
+    scores = ints(rng, 2, 5)
+    mask = np.array([[True, True, False, True, True], [True] * 5])
+    jac = F.softmax_jacobian(scores, mask)   # jax.jacobian itself refuses integer inputs
+    assert jac.dtype == jnp.float32
+    np.testing.assert_array_equal(jac, F.softmax_jacobian(scores.astype(np.float32), mask))
+    x = ints(rng, 3, 8)
+    y = F.layer_norm(x, jnp.ones(8), jnp.zeros(8))
+    assert y.dtype == jnp.float32
+    np.testing.assert_array_equal(y, F.layer_norm(x.astype(np.float32), jnp.ones(8), jnp.zeros(8)))
+    assert float(jnp.max(jnp.abs(y))) > 0.5  # normalised values, not truncated to 0 and ±1
+
+
+def test_float_inputs_keep_their_dtype(rng):
+    for dtype in (jnp.float32, jnp.bfloat16, jnp.float16):
+        q, k, v = (jnp.asarray(normal(rng, 4, 4), dtype) for _ in range(3))
+        assert F.masked_softmax(q).dtype == dtype
+        assert F.attention(q, k, v, scale=False).dtype == dtype
+        assert F.causal_attention(q, k, v)[0].dtype == dtype
+        assert F.layer_norm(q, jnp.ones(4, dtype), None).dtype == dtype
+
+
 # --- positions ----------------------------------------------------------------------------
 
 def test_rope_keeps_vector_norms(rng):

@@ -96,3 +96,13 @@ def test_half_precision_inputs_give_half_precision_outputs_close_to_float32(rng)
     out = chunked(*(jnp.asarray(x, jnp.bfloat16) for x in (q, k, v)), chunk_size=8)
     assert out.dtype == jnp.bfloat16
     chex.assert_trees_all_close(out.astype(jnp.float32), reference(q, k, v), atol=5e-2)
+
+
+def test_integer_inputs_are_promoted_to_float32_not_truncated(rng):
+    q, k, v = (rng.integers(-3, 4, size=(2, N, D)).astype(np.int32) for _ in range(3))
+    for causal, scale in ((True, True), (False, False)):
+        out = chunked(q, k, v, causal=causal, chunk_size=8, scale=scale)
+        assert out.dtype == jnp.float32
+        f32 = [x.astype(np.float32) for x in (q, k, v)]
+        chex.assert_trees_all_close(out, chunked(*f32, causal=causal, chunk_size=8, scale=scale), atol=0)
+        chex.assert_trees_all_close(out, reference(*f32, causal=causal, scale=scale), atol=1e-5)

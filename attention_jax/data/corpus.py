@@ -8,9 +8,11 @@ why every copy, wherever it comes from, is checked against one sha256 before use
 from __future__ import annotations
 
 import hashlib
+import http.client
 import os
 import pathlib
 import tempfile
+import threading
 import urllib.error
 import urllib.request
 
@@ -22,7 +24,13 @@ CORPUS_URL = "https://raw.githubusercontent.com/karpathy/char-rnn/master/data/ti
 
 DATA_ENV = "ATTENTION_JAX_DATA"
 CACHE_ENV = "ATTENTION_JAX_CACHE"
-DOWNLOAD_TIMEOUT_S = 30.0
+# The whole download, name lookup and connection included, must end within this many
+# seconds: urllib's own timeout bounds each socket operation only, so a server trickling a
+# byte every few seconds would never trip it (and the name lookup ignores it altogether).
+DOWNLOAD_TIMEOUT_S = 60.0
+# The corpus is 1.1 MB; an answer far larger is not it, and must not fill memory or disk.
+DOWNLOAD_MAX_BYTES = 8 * 1024 * 1024
+_DOWNLOAD_CHUNK = 64 * 1024
 
 
 def _one_line(text: object) -> str:
@@ -87,20 +95,81 @@ def _verified(path: pathlib.Path) -> pathlib.Path:
     return path
 
 
+class _DownloadFailed(Exception):
+    """A download that ended without a payload, carrying the one-line reason."""
+
+
+# What a bad network or server can raise (ValueError: a malformed URL or header).
+_NETWORK_ERRORS = (urllib.error.URLError, OSError, ValueError, http.client.HTTPException)
+
+
+def _fetch(url: str, deadline_s: float, max_bytes: int) -> bytes:
+    """GET `url` into memory, all of it within `deadline_s` seconds and `max_bytes` bytes.
+
+    The transfer runs in a daemon thread that the caller waits on for at most
+    `deadline_s`: only that bounds the total time, since urllib's timeout restarts with
+    every byte received and name resolution does not honour it. A transfer still running
+    at the deadline is told to stop and abandoned; it holds only memory, never a file, and
+    its socket closes at the next chunk or after `deadline_s` of silence at worst.
+    """
+    outcome: dict = {}
+    stop = threading.Event()
+
+    def transfer():
+        try:
+            with urllib.request.urlopen(url, timeout=deadline_s) as response:
+                # read1 returns whatever has arrived, so `stop` is seen after each trickle.
+                read = getattr(response, "read1", response.read)
+                chunks, size = [], 0
+                while not stop.is_set():
+                    chunk = read(_DOWNLOAD_CHUNK)
+                    if not chunk:
+                        outcome["payload"] = b"".join(chunks)
+                        return
+                    size += len(chunk)
+                    if size > max_bytes:
+                        raise _DownloadFailed(f"the server sent more than {max_bytes} bytes; "
+                                              "the corpus is about 1.1 MB")
+                    chunks.append(chunk)
+        except Exception as err:  # noqa: BLE001  (handed to the caller, which re-raises it)
+            outcome["error"] = err
+
+    worker = threading.Thread(target=transfer, name="corpus-download", daemon=True)
+    worker.start()
+    try:
+        worker.join(deadline_s)
+    finally:  # the deadline, or Ctrl-C while waiting: either way the transfer is over
+        stop.set()
+    if worker.is_alive():
+        raise _DownloadFailed(f"it did not finish within {deadline_s:g} s")
+    if "payload" in outcome:
+        return outcome["payload"]
+    err = outcome.get("error")
+    if err is None:
+        raise _DownloadFailed("the transfer stopped without an answer")
+    if isinstance(err, _DownloadFailed):
+        raise err
+    if isinstance(err, _NETWORK_ERRORS):  # an HTTPError's reason alone drops the status code
+        reason = err if isinstance(err, urllib.error.HTTPError) else getattr(err, "reason", err)
+        raise _DownloadFailed(_one_line(reason)) from None
+    raise err  # a bug, not the network: keep its traceback
+
+
 def _download(target: pathlib.Path) -> pathlib.Path:
     """Fetch CORPUS_URL into `target`, verifying before the file becomes visible.
 
     The bytes go to a temp file in the same folder and are renamed only after the hash
-    matches, so an interrupted or tampered download never masquerades as the cache.
+    matches, so an interrupted or tampered download never masquerades as the cache. The
+    whole fetch has one deadline (DOWNLOAD_TIMEOUT_S) and one size cap
+    (DOWNLOAD_MAX_BYTES), so a stalled, trickling or endless server ends in the same
+    one-line DataError as no network at all.
     """
     print(f"downloading {CORPUS_URL} -> {target}", flush=True)
     try:
-        with urllib.request.urlopen(CORPUS_URL, timeout=DOWNLOAD_TIMEOUT_S) as response:
-            payload = response.read()
-    except (urllib.error.URLError, OSError, ValueError) as err:
-        reason = _one_line(getattr(err, "reason", err))
+        payload = _fetch(CORPUS_URL, DOWNLOAD_TIMEOUT_S, DOWNLOAD_MAX_BYTES)
+    except _DownloadFailed as err:
         raise DataError(
-            f"{CORPUS_NAME} not found and the download failed ({reason}); "
+            f"{CORPUS_NAME} not found and the download failed ({_one_line(err)}); "
             f"{_ways()} (or connect to the internet)"
         ) from None
     actual = hashlib.sha256(payload).hexdigest()
