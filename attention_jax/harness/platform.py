@@ -2,6 +2,12 @@
 
 `accelerator()` picks the default preset (paper on a GPU/TPU, cpu otherwise).
 
+`check_backend()` is a loud warning (or None) when a GPU/TPU plugin is installed but JAX runs
+on the CPU: Colab ships jax 0.7 with its CUDA plugin, and a pip install that upgrades jax to
+this project's >= 0.10 without the plugin leaves a plugin that jaxlib refuses, after which
+JAX falls back to the CPU without an error. `backend_summary()` is what JAX runs on, with
+the versions, for experiments to print and record in results.json.
+
 `apply_mallopt()` keeps freed memory in the process, so XLA's per-step scratch area is not
 paged in anew.
 glibc hands every allocation above 32 MB to mmap and gives it back on free, so XLA's
@@ -13,8 +19,13 @@ malloc is tuned; elsewhere this does nothing.
 from __future__ import annotations
 
 import ctypes
+import importlib.metadata
+import importlib.util
 import os
+import re
+import sys
 
+REPO_URL = "https://github.com/attention-jax/attention_jax"
 MALLOPT_ENV = "ATTENTION_JAX_MALLOPT"   # "0" turns the tuning off
 # (M_ARENA_MAX, M_MMAP_MAX, M_TRIM_THRESHOLD, M_TOP_PAD); mallopt takes a C int.
 MALLOPT_SETTINGS = ((-8, 1), (-4, 0), (-1, 2**31 - 1), (-2, 64 << 20))
@@ -36,3 +47,133 @@ def accelerator() -> str | None:
     import jax
     backend = jax.default_backend()
     return backend if backend in ("gpu", "tpu", "cuda", "rocm") else None
+
+
+# Accelerator plugin distributions -> the backend each one brings and the extra that keeps
+# it matched to jax (jax's own cuda12/cuda13 extras pin the plugin to jax's exact version,
+# its tpu extra pins libtpu).
+PLUGIN_DISTRIBUTIONS = {
+    "jax-cuda12-plugin": ("gpu", "cuda12"),
+    "jax-cuda12-pjrt": ("gpu", "cuda12"),
+    "jax-cuda13-plugin": ("gpu", "cuda13"),
+    "jax-cuda13-pjrt": ("gpu", "cuda13"),
+    "libtpu": ("tpu", "tpu"),
+    "libtpu-nightly": ("tpu", "tpu"),
+}
+# The same plugins by module, for a copy installed without distribution metadata.
+PLUGIN_MODULES = {
+    "jax_cuda12_plugin": "jax-cuda12-plugin",
+    "jax_plugins.xla_cuda12": "jax-cuda12-pjrt",
+    "jax_cuda13_plugin": "jax-cuda13-plugin",
+    "jax_plugins.xla_cuda13": "jax-cuda13-pjrt",
+    "libtpu": "libtpu",
+}
+UNKNOWN = "unknown"   # a plugin module found, but no distribution to tell its version
+
+
+def _version(distribution: str) -> str | None:
+    try:
+        return importlib.metadata.version(distribution)
+    except importlib.metadata.PackageNotFoundError:
+        return None
+
+
+def _module_found(module: str) -> bool:
+    try:
+        return importlib.util.find_spec(module) is not None
+    except (ImportError, ValueError):   # parent package missing, or a broken install
+        return False
+
+
+def plugin_versions() -> dict[str, str]:
+    """The GPU/TPU plugins installed, distribution name -> version ('unknown' if only its module is)."""
+    found = {name: v for name in PLUGIN_DISTRIBUTIONS if (v := _version(name)) is not None}
+    for module, name in PLUGIN_MODULES.items():
+        if name not in found and _module_found(module):
+            found[name] = UNKNOWN
+    return found
+
+
+def _default_backend() -> str:
+    import jax
+    return jax.default_backend()
+
+
+def _platforms_requested() -> str:
+    """JAX_PLATFORMS as JAX reads it ('' when unset): 'cpu' there is a choice, not a fallback."""
+    import jax
+    return (getattr(jax.config, "jax_platforms", None) or os.environ.get("JAX_PLATFORMS") or "").strip()
+
+
+def _expected_libtpu() -> str | None:
+    """The libtpu release that the installed jax's tpu extra pins (e.g. '0.0.42'), if it says."""
+    for req in importlib.metadata.requires("jax") or []:
+        m = re.match(r"libtpu\s*==\s*([0-9][0-9.]*?)(?:\.\*)?\s*;.*extra\s*==\s*['\"]tpu['\"]", req)
+        if m:
+            return m.group(1)
+    return None
+
+
+def check_backend(backend: str | None = None) -> str | None:
+    """A loud one-paragraph warning when a GPU/TPU plugin is installed but JAX's backend is the CPU, else None.
+
+    `backend` defaults to `jax.default_backend()` (imports JAX). A CPU chosen on purpose
+    (JAX_PLATFORMS=cpu) is not warned about.
+    """
+    plugins = plugin_versions()
+    if not plugins:
+        return None
+    backend = backend if backend is not None else _default_backend()
+    if backend != "cpu" or _platforms_requested().lower() == "cpu":
+        return None
+    jax_v, jaxlib_v = _version("jax"), _version("jaxlib")
+    kinds = {PLUGIN_DISTRIBUTIONS[name][0] for name in plugins}
+    kind = "gpu" if "gpu" in kinds else "tpu"
+    extra = next(PLUGIN_DISTRIBUTIONS[n][1] for n in plugins if PLUGIN_DISTRIBUTIONS[n][0] == kind)
+    found = ", ".join([f"jax {jax_v or 'not installed'}", f"jaxlib {jaxlib_v or 'not installed'}"]
+                      + [f"{name} {v}" for name, v in plugins.items()])
+    if kind == "gpu":
+        stale = [n for n, v in plugins.items() if PLUGIN_DISTRIBUTIONS[n][0] == "gpu" and v not in (jaxlib_v, UNKNOWN)]
+    else:
+        want = _expected_libtpu()
+        stale = [n for n, v in plugins.items() if n == "libtpu" and want and v != want and not v.startswith(want + ".")]
+    if stale:
+        why = (f"The plugin's version differs from jaxlib's ({', '.join(stale)} vs jaxlib {jaxlib_v}), so jaxlib "
+               "refused it and fell back to the CPU without an error: this is what upgrading jax alone does "
+               "(Colab ships jax 0.7 with its plugin; this project needs jax >= 0.10).")
+    else:
+        why = (f"The versions match, so JAX found no usable {kind.upper()}: is this runtime's accelerator "
+               "attached (Colab: Runtime > Change runtime type) and its driver visible? JAX's own log "
+               "line above says why it fell back.")
+    return (f"WARNING: JAX IS RUNNING ON THE CPU, BUT A {kind.upper()} PLUGIN IS INSTALLED ({found}). "
+            f"{why} This run would be on the CPU, far slower than on the {kind.upper()}, and the default "
+            f"preset would be the cpu one. Fix: {'' if stale else f'use a {kind.upper()} runtime; if this is one, '}"
+            "install the project and a matching jax in ONE pip command, "
+            f'pip install -U "jax[{extra}]" "attention_jax[{kind}] @ git+{REPO_URL}" '
+            f"(for a checkout: pip install -U \"jax[{extra}]\" -e \".[{kind}]\"), then restart the "
+            "runtime/Python so the new jax is the one imported. Set JAX_PLATFORMS=cpu to run on the CPU on purpose.")
+
+
+def backend_summary() -> dict:
+    """What JAX runs on, with versions: for experiments to print and record in results.json (imports JAX)."""
+    import jax
+    devices = jax.devices()
+    return {
+        "backend": jax.default_backend(),
+        "device_count": len(devices),
+        "device_kinds": sorted({d.device_kind for d in devices}),
+        "python": sys.version.split()[0],
+        "jax": _version("jax"),
+        "jaxlib": _version("jaxlib"),
+        "flax": _version("flax"),
+        "plugins": plugin_versions(),
+        "warning": check_backend(jax.default_backend()),
+    }
+
+
+def describe_backend(summary: dict | None = None) -> str:
+    """backend_summary() as one line, e.g. 'backend: cpu (1 x cpu), jax 0.10.2, jaxlib 0.10.2, flax 0.12.8, no plugin'."""
+    s = summary if summary is not None else backend_summary()
+    plugins = ", ".join(f"{n} {v}" for n, v in s["plugins"].items()) or "no plugin"
+    return (f"backend: {s['backend']} ({s['device_count']} x {', '.join(s['device_kinds'])}), "
+            f"jax {s['jax']}, jaxlib {s['jaxlib']}, flax {s['flax']}, {plugins}")

@@ -1,0 +1,119 @@
+"""harness.platform: the warning for a GPU/TPU plugin that JAX did not use, and the backend summary."""
+import importlib.metadata
+import json
+import pathlib
+import subprocess
+import sys
+
+import pytest
+
+from attention_jax.harness import platform
+
+REPO = pathlib.Path(__file__).resolve().parents[1]
+
+
+@pytest.fixture
+def installed(monkeypatch):
+    """Pretend these distributions (name -> version) are installed, on top of the real ones for
+    jax and jaxlib; plugin modules are found only as the test says."""
+    real_version = importlib.metadata.version
+
+    def setup(versions: dict, modules: tuple = ()):
+        def version(name):
+            if name in versions:
+                if versions[name] is None:
+                    raise importlib.metadata.PackageNotFoundError(name)
+                return versions[name]
+            if name in platform.PLUGIN_DISTRIBUTIONS:      # no real plugin leaks in from this machine
+                raise importlib.metadata.PackageNotFoundError(name)
+            return real_version(name)
+        monkeypatch.setattr(importlib.metadata, "version", version)
+        monkeypatch.setattr(platform, "_module_found", lambda module: module in modules)
+        monkeypatch.setattr(platform, "_platforms_requested", lambda: "")
+    return setup
+
+
+COLAB_AFTER_PLAIN_PIP = {"jax": "0.10.2", "jaxlib": "0.10.2",
+                         "jax-cuda12-plugin": "0.7.2", "jax-cuda12-pjrt": "0.7.2"}
+
+
+def test_stale_cuda_plugin_on_cpu_warns_loudly_with_versions_and_fix(installed):
+    installed(COLAB_AFTER_PLAIN_PIP)
+    warning = platform.check_backend("cpu")
+    assert warning is not None and "\n" not in warning
+    assert warning.startswith("WARNING: JAX IS RUNNING ON THE CPU")
+    for found in ("jax 0.10.2", "jaxlib 0.10.2", "jax-cuda12-plugin 0.7.2", "jax-cuda12-pjrt 0.7.2"):
+        assert found in warning
+    assert "differs from jaxlib's" in warning
+    assert "This run would be on the CPU" in warning
+    assert f'pip install -U "jax[cuda12]" "attention_jax[gpu] @ git+{platform.REPO_URL}"' in warning
+    assert "ONE pip command" in warning
+
+
+def test_default_backend_is_asked_of_jax(installed):
+    """No backend given: jax.default_backend() decides, and on this machine that is the CPU."""
+    import jax
+    installed(COLAB_AFTER_PLAIN_PIP)
+    assert jax.default_backend() == "cpu"
+    assert "jax-cuda12-plugin 0.7.2" in platform.check_backend()
+
+
+@pytest.mark.parametrize("backend", ["gpu", "tpu"])
+def test_no_warning_when_jax_uses_the_accelerator(installed, backend):
+    installed({"jax-cuda12-plugin": "0.10.2", "jax-cuda12-pjrt": "0.10.2", "libtpu": "0.0.42.1"})
+    assert platform.check_backend(backend) is None
+
+
+def test_no_warning_without_a_plugin(installed):
+    installed({})
+    assert platform.plugin_versions() == {}
+    assert platform.check_backend("cpu") is None
+
+
+def test_no_warning_when_the_cpu_is_chosen(installed, monkeypatch):
+    installed(COLAB_AFTER_PLAIN_PIP)
+    monkeypatch.setattr(platform, "_platforms_requested", lambda: "cpu")
+    assert platform.check_backend("cpu") is None
+
+
+def test_matching_plugin_on_cpu_says_no_gpu_was_found(installed):
+    jaxlib = importlib.metadata.version("jaxlib")
+    installed({"jax-cuda12-plugin": jaxlib, "jax-cuda12-pjrt": jaxlib})
+    warning = platform.check_backend("cpu")
+    assert "The versions match, so JAX found no usable GPU" in warning
+    assert "attention_jax[gpu]" in warning
+
+
+def test_plugin_module_without_distribution_is_found(installed):
+    installed({}, modules=("jax_plugins.xla_cuda12",))
+    assert platform.plugin_versions() == {"jax-cuda12-pjrt": platform.UNKNOWN}
+    assert "jax-cuda12-pjrt unknown" in platform.check_backend("cpu")
+
+
+def test_stale_libtpu_on_cpu_points_at_the_tpu_extra(installed):
+    installed({"libtpu": "0.0.1"})
+    warning = platform.check_backend("cpu")
+    assert "A TPU PLUGIN IS INSTALLED" in warning and "libtpu 0.0.1" in warning
+    assert f'pip install -U "jax[tpu]" "attention_jax[tpu] @ git+{platform.REPO_URL}"' in warning
+
+
+def test_backend_summary_here_is_the_cpu():
+    import jax
+    summary = platform.backend_summary()
+    assert summary["backend"] == "cpu"
+    assert summary["device_count"] == jax.device_count() >= 1
+    assert summary["device_kinds"] == ["cpu"]
+    assert summary["jax"] == jax.__version__
+    assert summary["jaxlib"] == importlib.metadata.version("jaxlib")
+    assert summary["flax"] == importlib.metadata.version("flax")
+    assert summary["python"] == sys.version.split()[0]
+    assert isinstance(summary["plugins"], dict)
+    assert json.loads(json.dumps(summary)) == summary          # goes into results.json as is
+    assert platform.describe_backend(summary).startswith("backend: cpu (")
+
+
+def test_importing_platform_does_not_import_jax():
+    code = ("import sys, attention_jax.harness.platform; "
+            "print(sorted(m for m in ('jax', 'jaxlib', 'flax') if m in sys.modules))")
+    out = subprocess.run([sys.executable, "-c", code], cwd=REPO, capture_output=True, text=True, check=True)
+    assert out.stdout.strip() == "[]"
