@@ -19,3 +19,13 @@ class DataError(UserError, RuntimeError):
 
 class CheckpointError(UserError, RuntimeError):
     """A checkpoint does not match the model or run it is restored into."""
+
+
+class TrainingDiverged(UserError, RuntimeError):
+    """A loss or an evaluation stopped being finite: the row is not finished, and not saved past it."""
+
+    def __init__(self, row: str, step: int, what: str, lr: float, *, kept: int | None = None):
+        self.row, self.step = row, step
+        keep = f"its last good checkpoint (step {kept}) is kept" if kept else "no checkpoint of it is kept"
+        super().__init__(f"row {row!r} diverged at step {step}: {what}; the learning rate (lr={lr:g}) is the "
+                         f"likely cause: lower it with --lr; {keep} and nothing was recorded as finished")

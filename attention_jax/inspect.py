@@ -1,14 +1,30 @@
-"""Looking inside a model without editing it: parameter counts, attention maps, ablations."""
+"""Looking inside a model without editing it: counts, named intermediates, per-head weights, ablations.
+
+    logits, cache = run_with_cache(model, tokens)          # every hook point, by name
+    cache["blocks.0.mixer.weights"]                        # [B, H, T, T] attention weights
+    with ablate(model, heads={1: [0]}):                    # zero head 0 of block 1 after its softmax
+        ablated = model(tokens)                            # the model is whole again after the block
+
+Two ideas carry it: TransformerLens' `run_with_cache` (named intermediates) and penzai's
+select/replace (an ablation swaps a part of the model and puts it back, even when the
+body raises). Names are module paths with `hook_` dropped: `embed`, `positions`,
+`blocks.{i}.resid_pre`, `blocks.{i}.mixer.{q,k,v,scores,weights,z}`, `blocks.{i}.mixer_out`,
+`blocks.{i}.resid_mid`, `blocks.{i}.ffn_out`, `blocks.{i}.resid_post`, `final`,
+`ln_final`, `logits` (`hook_names(model)` lists a model's own).
+"""
 from __future__ import annotations
 
 import contextlib
-from typing import Iterable
+import fnmatch
+from typing import Callable, Iterable, Mapping
 
 import jax
+import jax.numpy as jnp
 from flax import nnx
 
 from attention_jax.config import ModelConfig
-from attention_jax.model import Head, LanguageModel, MultiHeadAttention
+from attention_jax.errors import ConfigError
+from attention_jax.model import Bidirectional, Head, Hook, LanguageModel, MultiHeadAttention
 
 
 def count_params(config: ModelConfig) -> int:
@@ -29,41 +45,156 @@ def param_breakdown(model_or_config) -> dict[str, int]:
     return counts
 
 
-def _attention_modules(model):
-    return [m for _, m in nnx.iter_modules(model) if isinstance(m, (Head, MultiHeadAttention))]
+# --- select and replace ----------------------------------------------------------------------
+
+def _path(name: str) -> list:
+    return [int(p) if p.isdigit() else p for p in name.split(".")]
 
 
-def capture_attention(model: LanguageModel, tokens) -> tuple[jax.Array, list[jax.Array]]:
-    """Run the model once and return (logits, [weights of each block, [B, H, T, T]])."""
-    modules = _attention_modules(model)
-    before = [m.sow_weights for m in modules]
-    for m in modules:
-        m.sow_weights = True
-    try:
-        logits, sown = nnx.capture(model, nnx.Intermediate)(tokens)
-    finally:
-        for m, flag in zip(modules, before):
-            m.sow_weights = flag
-    maps = []
-    for i in range(len(model.blocks)):   # blocks without attention (none/average) sow nothing
+def select(model, path: str):
+    """The part of `model` at a dotted path such as "blocks.1.mixer"."""
+    node = model
+    for part in _path(path):
         try:
-            sown_value = sown["blocks"][i]["mixer"]["attention_weights"]
-        except KeyError:
-            continue
-        maps.append(sown_value.get_value()[0])   # sow keeps a tuple of the calls' values
-    return logits, maps
+            node = node[part] if isinstance(part, int) else getattr(node, part)
+        except (AttributeError, IndexError, TypeError):
+            raise ConfigError(f"the model has no part {path!r}") from None
+    return node
 
 
 @contextlib.contextmanager
-def ablate(model: LanguageModel, *, mixer: Iterable[int] = (), feed_forward: Iterable[int] = ()):
-    """Switch off the attention (`mixer`) or MLP (`feed_forward`) of the listed blocks, then restore."""
-    changed = []   # (block, switch, value before), restored in reverse so nesting works
-    for part, layers in (("use_mixer", mixer), ("use_ffn", feed_forward)):
-        for i in layers:
-            changed.append((model.blocks[i], part, getattr(model.blocks[i], part)))
-            setattr(model.blocks[i], part, False)
+def replaced(model, parts: Mapping[str, object]):
+    """Swap the parts at the given paths for others (None removes a sub-layer); put them back on exit."""
+    swapped = []   # (parent, attribute, the part before), undone in reverse so nesting works
     try:
+        for path, new in parts.items():
+            *parent, last = path.split(".")
+            owner = select(model, ".".join(parent)) if parent else model
+            old = select(model, path)
+            swapped.append((owner, last, old))
+            setattr(owner, last, new)
         yield model
     finally:
-        for block, part, value in reversed(changed):
-            setattr(block, part, value)
+        for owner, last, old in reversed(swapped):
+            setattr(owner, last, old)
+
+
+def hook_names(model) -> list[str]:
+    """Every hook point of this model, by its public name."""
+    return [_public(path) for path, m in nnx.iter_modules(model) if isinstance(m, Hook)]
+
+
+def _public(path) -> str:
+    *parent, last = [str(p) for p in path]
+    return ".".join([*parent, last.removeprefix("hook_")])
+
+
+def _hook_paths(model, patterns: Iterable[str] | None) -> dict[str, str]:
+    """public name -> module path, for the hook points matching any pattern (fnmatch; None = all)."""
+    found = {_public(path): ".".join(map(str, path)) for path, m in nnx.iter_modules(model) if isinstance(m, Hook)}
+    if patterns is None:
+        return found
+    patterns = [patterns] if isinstance(patterns, str) else list(patterns)
+    chosen = {n: p for n, p in found.items() if any(fnmatch.fnmatchcase(n, pat) for pat in patterns)}
+    missing = [pat for pat in patterns if not any(fnmatch.fnmatchcase(n, pat) for n in found)]
+    if missing:
+        raise ConfigError(f"no hook point matches {', '.join(map(repr, missing))}; this model has: "
+                          f"{', '.join(found)}")
+    return chosen
+
+
+class Record(Hook):
+    """Sows the value passing through (after the hook it replaced: a patch stays in force), for `nnx.capture`."""
+    needs_full_scores = True
+
+    def __init__(self, inner: Hook | None = None):
+        self.inner = inner or Hook()
+
+    def __call__(self, x):
+        x = self.inner(x)
+        self.sow(nnx.Intermediate, "value", x)
+        return x
+
+
+class Patch(Hook):
+    """Returns fn(value) instead of the value (applied after the hook it replaced)."""
+    needs_full_scores = True
+
+    def __init__(self, fn: Callable, inner: Hook | None = None):
+        self.fn, self.inner = fn, inner or Hook()
+
+    def __call__(self, x):
+        return self.fn(self.inner(x))
+
+
+def run_with_cache(model: LanguageModel, tokens, names: str | Iterable[str] | None = None):
+    """(logits, {name: value}) for every hook point (or those matching `names`, fnmatch patterns)."""
+    paths = _hook_paths(model, names)
+    with replaced(model, {path: Record(select(model, path)) for path in paths.values()}):
+        logits, sown = nnx.capture(model, nnx.Intermediate)(tokens)
+    cache = {}
+    for path, var in nnx.to_flat_state(sown):
+        if path[-1] == "value" and not (len(path) > 1 and path[-2] == "inner"):
+            cache[_public(path[:-1])] = var.get_value()[0]   # sow keeps a tuple of the calls' values
+    return logits, {n: cache[n] for n in paths if n in cache}
+
+
+@contextlib.contextmanager
+def patched(model, patches: Mapping[str, Callable]):
+    """Replace hook points' values by fn(value) inside the block: {"blocks.0.mixer.z": fn, ...}."""
+    paths = _hook_paths(model, list(patches))
+    with replaced(model, {paths[name]: Patch(fn, select(model, paths[name])) for name, fn in patches.items()}):
+        yield model
+
+
+def _zero_heads(heads: list[int]):
+    def fn(z):                                # z: [B, H, T, D_head]
+        keep = jnp.ones(z.shape[-3], z.dtype).at[jnp.asarray(heads)].set(0)
+        return z * keep[:, None, None]
+    return fn
+
+
+@contextlib.contextmanager
+def ablate(model: LanguageModel, *, mixer: Iterable[int] = (), feed_forward: Iterable[int] = (),
+           heads: Mapping[int, Iterable[int]] | None = None, positions: bool = False, bidirectional: bool = False):
+    """Switch parts off inside the block, then restore the model (even when the body raises).
+
+    mixer / feed_forward: blocks whose attention / MLP sub-layer is removed (the block skips
+    it); heads: {block: [head, ...]} whose output is zeroed after the softmax (W_o's bias
+    stays, as it belongs to no head); positions: the position vectors added to the tokens
+    are zeroed; bidirectional: every attention sees the whole window, the future included.
+    """
+    parts = {f"blocks.{i}.mixer": None for i in mixer}
+    parts.update({f"blocks.{i}.ffn": None for i in feed_forward})
+    patches = {f"blocks.{i}.mixer.z": _zero_heads(sorted(h)) for i, h in (heads or {}).items()}
+    if positions:
+        patches["positions"] = jnp.zeros_like
+    if bidirectional:
+        parts.update({f"{p}.mask": Bidirectional() for p in _attention_paths(model)})
+    with replaced(model, parts), patched(model, patches):
+        yield model
+
+
+def _attention_paths(model) -> list[str]:
+    return [".".join(map(str, p)) for p, m in nnx.iter_modules(model) if isinstance(m, (Head, MultiHeadAttention))]
+
+
+def head_weights(model: LanguageModel, block: int) -> dict[str, jax.Array]:
+    """Block `block`'s projections per head: q, k, v [H, D, D_head] and o [H, D_head, D] (None without W_o)."""
+    mixer = model.blocks[block].mixer
+    if isinstance(mixer, Head):
+        return {"q": mixer.q.kernel[...][None], "k": mixer.k.kernel[...][None], "v": mixer.v.kernel[...][None],
+                "o": None}
+    if not isinstance(mixer, MultiHeadAttention):
+        raise ConfigError(f"block {block} has no attention heads (its mixer is {type(mixer).__name__})")
+    cfg = mixer.config
+    qkv = mixer.qkv.kernel[...].reshape(cfg.d_model, 3, cfg.num_heads, cfg.head_dim)   # columns: (q|k|v, head, width)
+    q, k, v = (jnp.moveaxis(qkv[:, i], 1, 0) for i in range(3))
+    return {"q": q, "k": k, "v": v, "o": mixer.out.kernel[...].reshape(cfg.num_heads, cfg.head_dim, cfg.d_model)}
+
+
+def capture_attention(model: LanguageModel, tokens) -> tuple[jax.Array, list[jax.Array]]:
+    """Run the model once and return (logits, [weights of each attention block, [B, H, T, T]])."""
+    logits, cache = run_with_cache(model, tokens, [f"{p}.weights" for p in _attention_paths(model)] or None) \
+        if _attention_paths(model) else (model(tokens), {})
+    return logits, [cache[f"{p}.weights"] for p in _attention_paths(model)]

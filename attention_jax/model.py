@@ -1,19 +1,27 @@
 """The language model as Flax NNX modules, thin compositions of `attention_jax.functional`.
 
-Reading order follows the architecture: projections and norms, the context mixers
-(uniform average, one head, several heads), the position-wise feed-forward network,
-the block that wires them with residuals and LayerNorm, and the model around it.
-Every variant comes from `ModelConfig`; nothing here branches on a ladder row's name.
+Reading order follows the architecture: projections and norms, the points inspection
+can hook, the context mixers (uniform average, one head, several heads), the
+position-wise feed-forward network, the block that wires them with residuals and
+LayerNorm, and the model around it. Every variant comes from `ModelConfig`; nothing here
+branches on a ladder row's name.
+
+Inspection never edits this code and adds nothing to a training step: each named
+intermediate passes through a `Hook`, an identity module, which `attention_jax.inspect`
+swaps for one that records or patches the value (TransformerLens' hook points, done the
+penzai way: select a part, replace it, put it back). The causal mask is a part too
+(`CausalMask`), so "what if attention could see the future" is a swap, not a flag.
 """
 from __future__ import annotations
 
 import jax
 import jax.numpy as jnp
+import numpy as np
 from flax import nnx
 
 from attention_jax import functional as F
 from attention_jax.config import ModelConfig
-from attention_jax.errors import ConfigError
+from attention_jax.errors import ConfigError, DataError
 
 # Two initialisations (`ModelConfig.init`). "torch": PyTorch's defaults, which the book's
 # numbers were trained with: nn.Linear U(±1/√fan_in) for weights and biases, nn.Embedding
@@ -55,6 +63,39 @@ def _dropout(config: ModelConfig, rngs: nnx.Rngs):
     return nnx.Dropout(config.dropout, rngs=rngs) if config.dropout > 0 else None
 
 
+# --- points to look at and parts to swap ------------------------------------------------
+
+class Hook(nnx.Module):
+    """An identity at a named point of the forward pass; inspection swaps it for one that records or patches.
+
+    `needs_full_scores`: whether the attention around it must compute every score (the
+    fast causal path skips the all-masked quarter, so a hook on scores or weights that
+    records or changes them asks for the reference path).
+    """
+    needs_full_scores = False
+
+    def __call__(self, x):
+        return x
+
+
+class CausalMask(nnx.Module):
+    """bool[T, T]: position t sees positions i <= t. Swapped for `Bidirectional` to ablate causality."""
+    causal = True
+
+    def __call__(self, T: int):
+        return F.causal_mask(T)
+
+
+class Bidirectional(CausalMask):
+    """No mask: every position sees every other, the future included."""
+    causal = False
+
+    def __call__(self, T: int):
+        return None
+
+
+# --- context mixers --------------------------------------------------------------------------
+
 class UniformAverage(nnx.Module):
     """Each position becomes the mean of its prefix: attention with every score equal."""
 
@@ -63,19 +104,33 @@ class UniformAverage(nnx.Module):
 
 
 class _Attention(nnx.Module):
-    """What a head does after its projections: positions, score, mask, normalise, mix."""
+    """What a head does after its projections: positions, score, mask, normalise, mix.
+
+    Hook points, each [B, H, T, ·]: q, k, v (after RoPE), scores (scaled, plus the ALiBi
+    bias, before the mask), weights (after the softmax, before dropout), z (each head's
+    output, the weighted average of its values).
+    """
+
+    def _hooks(self):
+        self.mask = CausalMask()
+        self.hook_q, self.hook_k, self.hook_v = Hook(), Hook(), Hook()
+        self.hook_scores, self.hook_weights, self.hook_z = Hook(), Hook(), Hook()
 
     def _attend(self, q, k, v):                              # q, k, v: [B, H, T, D]
         cfg, T = self.config, q.shape[-2]
         if cfg.positions == "rope":
             q, k = F.apply_rope(q, base=cfg.rope_base), F.apply_rope(k, base=cfg.rope_base)
+        q, k, v = self.hook_q(q), self.hook_k(k), self.hook_v(v)
         bias = F.alibi_bias(q.shape[-3], T) if cfg.positions == "alibi" else None
-        # F.attention_weights under the causal mask, minus its all-masked quarter.
-        out, w = F.causal_attention(q, k, v, bias=bias, scale=cfg.scale, dropout=self.weight_dropout,
-                                           return_weights=self.sow_weights)
-        if self.sow_weights:  # off by default: sown values cost memory on every step
-            self.sow(nnx.Intermediate, "attention_weights", w)
-        return out
+        if self.mask.causal and not (self.hook_scores.needs_full_scores or self.hook_weights.needs_full_scores):
+            # F.attention_weights under the causal mask, minus its all-masked quarter.
+            out, _ = F.causal_attention(q, k, v, bias=bias, scale=cfg.scale, dropout=self.weight_dropout)
+        else:   # the reference path, one masked softmax over every score
+            scores = F.attention_scores(q, k, scale=cfg.scale)
+            scores = self.hook_scores(scores if bias is None else scores + bias)
+            w = self.hook_weights(F.masked_softmax(scores, self.mask(T)))
+            out = jnp.einsum("...TS,...SD->...TD", w if self.weight_dropout is None else self.weight_dropout(w), v)
+        return self.hook_z(out)
 
 
 class Head(_Attention):
@@ -83,11 +138,12 @@ class Head(_Attention):
 
     def __init__(self, config: ModelConfig, *, rngs: nnx.Rngs):
         d, dh = config.d_model, config.head_dim
-        self.config, self.sow_weights = config, False
+        self.config = config
         self.weight_dropout = _dropout(config, rngs)
         self.q = Dense(d, dh, bias=config.qkv_bias, init=config.init, rngs=rngs)
         self.k = Dense(d, dh, bias=config.qkv_bias, init=config.init, rngs=rngs)
         self.v = Dense(d, dh, bias=config.qkv_bias, init=config.init, rngs=rngs)
+        self._hooks()
 
     def __call__(self, x):                                   # [B, T, D] -> [B, T, D_head]
         q, k, v = (p(x)[..., None, :, :] for p in (self.q, self.k, self.v))
@@ -99,15 +155,16 @@ class MultiHeadAttention(_Attention):
 
     def __init__(self, config: ModelConfig, *, rngs: nnx.Rngs):
         d, h, dh = config.d_model, config.num_heads, config.head_dim
-        self.config, self.sow_weights = config, False
+        self.config = config
         self.qkv = Dense(d, 3 * h * dh, bias=config.qkv_bias, init=config.init, rngs=rngs)   # one matmul for all
         self.out = Dense(h * dh, d, bias=config.bias, init=config.init, rngs=rngs)
         self.weight_dropout = _dropout(config, rngs)
+        self._hooks()
 
     def __call__(self, x):                                   # [B, T, D] -> [B, T, D]
         *lead, T, _ = x.shape
         h, dh = self.config.num_heads, self.config.head_dim
-        qkv = self.qkv(x).reshape(*lead, T, 3, h, dh)
+        qkv = self.qkv(x).reshape(*lead, T, 3, h, dh)        # the kernel's columns are (q|k|v, head, width)
         q, k, v = jnp.moveaxis(qkv, (-3, -2), (0, -3))       # each [B, H, T, D_head]
         out = self._attend(q, k, v)
         out = jnp.swapaxes(out, -3, -2).reshape(*lead, T, h * dh)
@@ -132,7 +189,9 @@ _MIXERS = {"none": None, "average": lambda c, rngs: UniformAverage(),
 class Block(nnx.Module):
     """Mixer then feed-forward, each wrapped as pre-norm `x + f(LN(x))` or post-norm `LN(x + f(x))`.
 
-    `use_mixer` / `use_ffn` switch a sub-layer off for ablation (see `ablate`).
+    A sub-layer that is `None` is skipped, so ablating one is replacing it by None
+    (`attention_jax.inspect.ablate`). Hook points, each [B, T, D]: resid_pre, mixer_out
+    (the mixer sub-layer's output, before it is added), resid_mid, ffn_out, resid_post.
     """
 
     def __init__(self, config: ModelConfig, *, rngs: nnx.Rngs):
@@ -144,26 +203,35 @@ class Block(nnx.Module):
             if config.layer_norm and part is not None else None
         self.ln1, self.ln2 = norm(self.mixer), norm(self.ffn)
         self.drop = _dropout(config, rngs)
-        self.use_mixer, self.use_ffn = True, True
+        self.hook_resid_pre, self.hook_mixer_out, self.hook_resid_mid = Hook(), Hook(), Hook()
+        self.hook_ffn_out, self.hook_resid_post = Hook(), Hook()
 
-    def _sublayer(self, x, f, ln, residual):
+    def _sublayer(self, x, f, ln, residual, hook):
         pre = self.config.norm == "pre"
         y = f(ln(x) if (ln is not None and pre) else x)
         if self.drop is not None:
             y = self.drop(y)
+        y = hook(y)
         x = x + y if residual else y
         return ln(x) if (ln is not None and not pre) else x
 
     def __call__(self, x):
-        if self.mixer is not None and self.use_mixer:
-            x = self._sublayer(x, self.mixer, self.ln1, self.config.residual)
-        if self.ffn is not None and self.use_ffn:
-            x = self._sublayer(x, self.ffn, self.ln2, True)
-        return x
+        x = self.hook_resid_pre(x)
+        if self.mixer is not None:
+            x = self._sublayer(x, self.mixer, self.ln1, self.config.residual, self.hook_mixer_out)
+        x = self.hook_resid_mid(x)
+        if self.ffn is not None:
+            x = self._sublayer(x, self.ffn, self.ln2, True, self.hook_ffn_out)
+        return self.hook_resid_post(x)
 
 
 class LanguageModel(nnx.Module):
-    """tokens [B, T] -> logits [B, T, V]: embeddings (+ positions), blocks, final norm, output layer."""
+    """tokens [B, T] -> logits [B, T, V]: `embed` (tokens + positions), blocks, `unembed` (final norm, output).
+
+    Hook points: embed (the token vectors), positions (the [T, D] position vectors added to
+    them, learned or sinusoidal), final (the stream after the last block), ln_final (after
+    the final LayerNorm), logits.
+    """
 
     def __init__(self, config: ModelConfig, *, rngs: nnx.Rngs):
         d = config.d_model
@@ -178,23 +246,50 @@ class LanguageModel(nnx.Module):
                      if config.layer_norm and config.norm == "pre" else None)
         self.lm_head = None if config.tie_embeddings else \
             Dense(d, config.vocab_size, bias=config.bias, init=config.init, rngs=rngs)
+        self.hook_embed, self.hook_positions, self.hook_final = Hook(), Hook(), Hook()
+        self.hook_ln_final, self.hook_logits = Hook(), Hook()
 
-    def __call__(self, tokens):
+    def embed(self, tokens):
+        """Token ids [B, T] -> the residual stream's start [B, T, D]: token vectors plus positions."""
         cfg, T = self.config, tokens.shape[-1]
-        x = self.token_embed(tokens)
+        check_ids(tokens, cfg.vocab_size)
+        x = self.hook_embed(self.token_embed(tokens))
         if cfg.positions == "learned":
             if T > cfg.position_rows:
                 raise ConfigError(f"{T} tokens exceed the learned position table ({cfg.position_rows} rows); "
                                   "raise max_positions")
-            x = x + self.position_embed.embedding[:T]
+            x = x + self.hook_positions(self.position_embed.embedding[:T])
         elif cfg.positions == "sinusoidal":
-            x = x + F.sinusoidal_positions(T, cfg.d_model).astype(x.dtype)
-        if self.drop is not None:
-            x = self.drop(x)
+            x = x + self.hook_positions(F.sinusoidal_positions(T, cfg.d_model).astype(x.dtype))
+        return x if self.drop is None else self.drop(x)
+
+    def unembed(self, x):
+        """The residual stream [B, T, D] -> logits [B, T, V]: final norm (pre-norm models), output layer."""
+        x = self.hook_final(x)
+        if self.ln_f is not None:
+            x = self.hook_ln_final(self.ln_f(x))
+        if self.lm_head is None:
+            return self.hook_logits(jnp.einsum("...D,VD->...V", x, self.token_embed.embedding[...]))
+        return self.hook_logits(self.lm_head(x))
+
+    def __call__(self, tokens):
+        x = self.embed(tokens)
         for block in self.blocks:
             x = block(x)
-        if self.ln_f is not None:
-            x = self.ln_f(x)
-        if self.lm_head is None:
-            return jnp.einsum("...D,VD->...V", x, self.token_embed.embedding[...])
-        return self.lm_head(x)
+        return self.unembed(x)
+
+
+def check_ids(tokens, vocab_size: int) -> None:
+    """Refuse token ids outside [0, vocab_size) with one line, on concrete (host or eager) ids.
+
+    Inside a compiled step the ids are abstract and this costs nothing: the engine checks
+    each batch on the host where it is made. An id out of range would otherwise give NaN
+    logits (too large) or silently read another row of the table (negative).
+    """
+    if isinstance(tokens, jax.core.Tracer):
+        return
+    ids = np.asarray(tokens)
+    if ids.size and (ids.min() < 0 or ids.max() >= vocab_size):
+        bad = int(ids.min()) if ids.min() < 0 else int(ids.max())
+        raise DataError(f"token id {bad} is outside the vocabulary [0, {vocab_size}); "
+                        "encode the text with the model's own tokenizer")

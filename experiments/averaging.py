@@ -9,14 +9,10 @@ prints the 6×6 averaging matrix: the causal mask and the softmax, already on sc
 """
 from __future__ import annotations
 
-import functools
-
-import jax
-import jax.numpy as jnp
 import numpy as np
 
-from attention_jax.harness import cli, report
-from attention_jax import functional as F
+from attention_jax.harness import report
+from attention_jax.harness.experiment import Experiment, Result
 
 NAME = "averaging"
 # Every preset is cheap; smoke only shrinks the window so tests take milliseconds.
@@ -40,27 +36,32 @@ def prefix_means_by_loop(x):
 
 def prefix_means_by_matmul(x):
     """The same thing as one product with a lower-triangular matrix whose rows sum to 1."""
+    import jax.numpy as jnp
     A = jnp.tril(jnp.ones((x.shape[0], x.shape[0]), x.dtype))
     return (A / A.sum(1, keepdims=True)) @ x
 
 
 def prefix_means_by_softmax(x):
     """And again: softmax of equal scores, with the future set to -inf by the causal mask."""
+    import jax.numpy as jnp
+    from attention_jax import functional as F
     T = x.shape[0]
     return F.masked_softmax(jnp.zeros((T, T), x.dtype), F.causal_mask(T)) @ x
 
 
-@functools.partial(jax.jit, static_argnames=("tokens", "width"))
 def draw(key, *, tokens, width):
     """A window of random token vectors and the same window in a random order."""
+    import jax
+    import jax.numpy as jnp
     key_x, key_perm = jax.random.split(key)
     x = jax.random.normal(key_x, (tokens, width), jnp.float32)
     return x, x[jax.random.permutation(key_perm, tokens)]
 
 
-@jax.jit
 def compare(x, shuffled, loop):
-    """Every difference in one compiled function (eagerly, each small op would compile on its own)."""
+    """Every difference, compiled as one function (eagerly, each small op would compile on its own)."""
+    import jax.numpy as jnp
+    from attention_jax import functional as F
     tokens = x.shape[0]
     A = F.uniform_causal_weights(tokens)
     diff = lambda a, b: jnp.max(jnp.abs(a - b))
@@ -70,13 +71,16 @@ def compare(x, shuffled, loop):
                 small=F.uniform_causal_weights(6))
 
 
-def run(args) -> dict:
-    preset, p = cli.choose_preset(args.preset, PRESETS)
+def run(ctx) -> Result:
+    import functools
+
+    import jax
+    p = ctx.settings
     T, d = p["tokens"], p["width"]
     # Full float32 matmuls: TPUs default to bfloat16 passes, which would swamp the 1e-7 effect.
     with jax.default_matmul_precision("highest"):
-        x, shuffled = draw(jax.random.key(p["seed"]), tokens=T, width=d)
-        m = jax.device_get(compare(x, shuffled, prefix_means_by_loop(x)))
+        x, shuffled = jax.jit(functools.partial(draw, tokens=T, width=d))(jax.random.key(p["seed"]))
+        m = jax.device_get(jax.jit(compare)(x, shuffled, prefix_means_by_loop(x)))
     rows = [dict(comparison="window average vs the same window shuffled", diff=m["shuffle"], book=2.98e-08),
             dict(comparison="loop vs lower-triangular matmul", diff=m["matmul"], book=5.96e-08),
             dict(comparison="loop vs softmax over masked zeros", diff=m["softmax"], book=5.96e-08),
@@ -88,9 +92,8 @@ def run(args) -> dict:
     table = report.format_table([("comparison", "comparison", "s"), ("diff", "max |diff| (ours)", ".3g"),
                                  ("book", "book", ".3g")], rows)
     matrix = report.format_table([(f"c{j}", f"{j}", ".3f") for j in range(6)], matrix_rows)
-    print(f"T = {T} tokens of width {d}, float32, seed {p['seed']}\n")
-    print(table)
-    print("\nthe averaging matrix A (rows sum to 1, upper triangle is zero):")
+    print(f"T = {T} tokens of width {d}, float32, seed {p['seed']}")
+    print("the averaging matrix A (rows sum to 1, upper triangle is zero):")
     for i in range(6):
         print("  " + " ".join(f"{float(v):.3f}" for v in small[i]))
 
@@ -100,17 +103,13 @@ def run(args) -> dict:
         "the averaging matrix has rows summing to 1 and a zero upper triangle",
         m["row_sum"] < ROUNDING and m["upper"] == 0,
         f"max |row sum - 1| = {m['row_sum']:.3g}, max |upper| = {m['upper']:.3g} (T = {T})"))
-    report.publish(args.out, NAME, rows=rows, claims=claims, preset=preset, config=p,
-                   tables={"Same average, four ways": table, "The 6×6 averaging matrix": matrix},
-                   extra={"averaging_matrix_6x6": small})
-    return {"rows": rows, "claims": claims, "preset": preset, "config": p}
+    return Result(rows=rows, claims=claims, config=p,
+                  tables={"Same average, four ways": table, "The 6×6 averaging matrix": matrix},
+                  extra={"averaging_matrix_6x6": small})
 
 
-def _main(argv=None):
-    return run(cli.parser(NAME, __doc__.splitlines()[0], PRESETS).parse_args(argv))
-
-
-main = cli.main(_main)
+EXPERIMENT = Experiment(NAME, __doc__, PRESETS, run)
+main = EXPERIMENT.main
 
 if __name__ == "__main__":
     raise SystemExit(main())

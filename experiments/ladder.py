@@ -1,19 +1,22 @@
 """The ablation ladder: from a plain average to a transformer block, one part per row.
 
     python -m experiments.ladder [--preset smoke|cpu|paper] [--rows a,b] [--steps N] [--seeds N]
-                                 [--eval-every N] [--lr X] [--batch-size N] [--schedule S]
+                                 [--eval-every N] [--lr X] [--batch-size N] [--schedule S] [--corpus PATH]
 
-Every row is `dataclasses.replace` of the row above; each adds exactly one part.
+Every row is `dataclasses.replace` of the row above (experiments.configs.LADDER); each adds
+exactly one part. Printed beside the book's figures, with the chapter's nine orderings
+checked per seed.
 """
 from __future__ import annotations
 
 import dataclasses
 
-from attention_jax.harness import cli, report, rows as runs
-from experiments.configs import LADDER, LADDER_BASE as BASE, LADDER_BUDGETS
+from attention_jax.harness import report
+from attention_jax.harness.experiment import Experiment, Result
+from experiments.configs import LADDER, LADDER_BASE, LADDER_BUDGETS
+from experiments.plots import curves
 
 ROWS = LADDER
-BOOK_TRAIN = {r.name: r.book_train_ppl for r in LADDER if r.book_train_ppl}
 PRESETS = LADDER_BUDGETS
 
 
@@ -22,16 +25,18 @@ def claims(r: dict) -> list[dict]:
     t = {k: x["train_ppl"] for k, x in r.items()}
     out, need = [], lambda *names: all(n in r for n in names)
     if need("no_context", "average"):
-        out.append(report.claim("the average is >= 2x worse than no context", v["average"] >= 2 * v["no_context"],
-                                f"{v['average']:.2f} vs {v['no_context']:.2f} ({v['average'] / v['no_context']:.2f}x)"))
+        ratio = v["average"] / v["no_context"]
+        out.append(report.claim("the average is >= 2x worse than no context", ratio >= 2,
+                                f"{v['average']:.2f} vs {v['no_context']:.2f} ({ratio:.2f}x)", ratio - 2))
     if need("no_context", "average", "average_positions"):
         gap, back = v["average"] - v["no_context"], v["average"] - v["average_positions"]
         out.append(report.claim("learned positions recover < 5% of that gap", back < 0.05 * gap,
-                                f"{back:.2f} of {gap:.2f} points ({100 * back / gap:.1f}%)"))
+                                f"{back:.2f} of {gap:.2f} points ({100 * back / gap:.1f}%)", 0.05 * gap - back))
     if need("no_context", "average_residual"):
         rel = abs(v["average_residual"] - v["no_context"]) / v["no_context"]
         out.append(report.claim("the residual brings the average within 5% of no context", rel < 0.05,
-                                f"{v['average_residual']:.2f} vs {v['no_context']:.2f} ({100 * rel:.1f}%)"))
+                                f"{v['average_residual']:.2f} vs {v['no_context']:.2f} ({100 * rel:.1f}%)",
+                                0.05 - rel))
     for better, worse, text in [
             ("head_residual", "average_residual", "a learned head beats the uniform average + residual"),
             ("head_residual", "head_replace", "the residual head beats the replacing head"),
@@ -39,86 +44,66 @@ def claims(r: dict) -> list[dict]:
             ("feed_forward", "heads", "+ FFN improves"),
             ("layer_norm", "feed_forward", "+ LayerNorm improves")]:
         if need(better, worse):
-            out.append(report.claim(text, v[better] < v[worse], f"{v[better]:.2f} vs {v[worse]:.2f}"))
+            out.append(report.claim(text, v[better] < v[worse], f"{v[better]:.2f} vs {v[worse]:.2f}",
+                                    v[worse] - v[better]))
     if need("layer_norm", "two_blocks"):
-        ok = t["two_blocks"] < t["layer_norm"] and v["two_blocks"] > v["layer_norm"]
-        out.append(report.claim("two blocks: lower train and higher val perplexity than one", ok,
+        lower_train, higher_val = t["layer_norm"] - t["two_blocks"], v["two_blocks"] - v["layer_norm"]
+        out.append(report.claim("two blocks: lower train and higher val perplexity than one",
+                                lower_train > 0 and higher_val > 0,
                                 f"train {t['two_blocks']:.2f} vs {t['layer_norm']:.2f}, "
-                                f"val {v['two_blocks']:.2f} vs {v['layer_norm']:.2f}"))
+                                f"val {v['two_blocks']:.2f} vs {v['layer_norm']:.2f}", min(lower_train, higher_val)))
     return out
 
 
-def plot(records: list[dict], path):
-    import matplotlib
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-    fig, ax = plt.subplots(figsize=(9, 4.5))
+def ladder_figure(records: list[dict], title: str):
+    fig, ax = report.figure(size=(9, 4.8))
     xs = range(len(records))
     ax.plot(xs, [r["val_ppl"] for r in records], "o-", label="val (ours)")
     ax.plot(xs, [r["train_ppl"] for r in records], "s--", label="train (ours)")
     book = [(i, r["book_val_ppl"]) for i, r in enumerate(records) if r["book_val_ppl"]]
     ax.plot([i for i, _ in book], [b for _, b in book], "kx", markersize=9, label="val (book)")
     ax.set_xticks(list(xs), [r["name"] for r in records], rotation=35, ha="right")
-    ax.set_yscale("log")
-    ax.set_ylabel("perplexity")
+    ax.set(yscale="log", ylabel="perplexity", xlabel="ladder row (each adds one part to the row above)",
+           title=title)
     ax.legend()
-    report.save_figure(fig, path)
+    return fig
 
 
-def plot_curves(records: list[dict], path) -> bool:
-    """Val (left) and train (right) perplexity against steps, for rows run with --eval-every."""
-    curves = [r for r in records if len(r.get("history") or []) > 1]
-    if not curves:
-        return False
-    import matplotlib
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-    fig, axes = plt.subplots(1, 2, figsize=(12, 4.5), sharey=True)
-    for i, r in enumerate(curves):
-        steps = [h["step"] for h in r["history"]]
-        for ax, split in zip(axes, ("val_ppl", "train_ppl")):
-            ax.plot(steps, [h[split] for h in r["history"]], "o-", markersize=3, color=f"C{i % 10}",
-                    label=r["name"])
-    for ax, title in zip(axes, ("held-out (val) perplexity", "train perplexity")):
-        ax.set_title(title)
-        ax.set_xlabel("step")
-        ax.set_yscale("log")
-        ax.grid(True, which="both", alpha=0.3)
-    axes[1].legend(fontsize=8, loc="center left", bbox_to_anchor=(1.02, 0.5))
-    report.save_figure(fig, path)
-    return True
-
-
-def _main(argv=None):
-    t = runs.start("ladder", __doc__.splitlines()[0], PRESETS, [r.name for r in ROWS], argv)
+def run(ctx) -> Result:
+    from attention_jax.harness.tables import TextTable   # loads the corpus: after the flags are checked
+    table = TextTable.open(ctx)
     records, previous = [], None
     for row in ROWS:
-        name = row.name
-        if name not in t.rows:
+        if row.name not in ctx.rows:
             continue
-        r = t.train(name, row.config)
-        r.update(label=row.label, book_val_ppl=row.book_val_ppl, book_train_ppl=row.book_train_ppl,
+        r = table.train(row.name, row.config)
+        book = table.book
+        r.update(label=row.label, book_val_ppl=row.book_val_ppl if book else None,
+                 book_train_ppl=row.book_train_ppl if book else None, book=row.book_text() if book else None,
                  change=None if previous is None else r["val_ppl"] - previous)
-        r["val"] = runs.fmt_ppl(r["val_ppl"], r["val_ppl_std"])
-        r["train"] = runs.fmt_ppl(r["train_ppl"], r["train_ppl_std"])
         previous = r["val_ppl"]
         records.append(r)
         took = "cached" if r["cached"] else f"{r['seconds']:.0f} s"
-        print(f"  {name:<18} params {r['params']:>9,}  train {r['train']:>16}  val {r['val']:>16}  ({took})",
+        print(f"  {row.name:<18} params {r['params']:>9,}  train {r['train']:>16}  val {r['val']:>16}  ({took})",
               flush=True)
     columns = [("name", "row", ""), ("params", "params", ",d"), ("train", "train ppl", ""),
-               ("val", "val ppl", ""), ("book_val_ppl", "book val ppl", ".2f"), ("change", "change", "+.2f")]
-    table = report.format_table(columns, records)
-    checked = claims({r["name"]: r for r in records})
-    print(table)
-    plot(records, t.folder / "ladder.png")
-    plot_curves(records, t.folder / "curves.png")
-    report.publish(t.args.out, "ladder", rows=records, claims=checked, tables={"ladder": table},
-                   preset=t.preset, config={"train": dataclasses.asdict(t.train_config), "seeds": t.seeds,
-                                          "base": BASE.to_dict()})
+               ("val", "val ppl", ""), ("book", "book val ppl", ""), ("change", "change", "+.2f")]
+    tc = ctx.settings
+    title = (f"ladder, {ctx.preset} preset: {tc.steps} steps x batch {tc.batch_size}, lr {tc.lr:g}, "
+             f"{len(table.seeds)} seed(s), {table.corpus.name}")
+    figures = {"ladder.png": ladder_figure(records, title)}
+    if any(len(r["history"]) > 1 for r in records):
+        figures["curves.png"] = curves(records, ("val_ppl", "train_ppl"),
+                                       ("held-out (val) perplexity", "train perplexity"), title)
+    return Result(rows=records, claims=report.claims_across_seeds(claims, {r["name"]: r for r in records},
+                                                                  len(table.seeds)),
+                  tables={"ladder": report.format_table(columns, records)}, figures=figures,
+                  config={"train": dataclasses.asdict(tc), "seeds": table.seeds, "base": LADDER_BASE.to_dict(),
+                          "data": table.describe()})
 
 
-main = cli.main(_main)
+EXPERIMENT = Experiment("ladder", __doc__, PRESETS, run, rows=[r.name for r in ROWS])
+main = EXPERIMENT.main
 
 if __name__ == "__main__":
     raise SystemExit(main())

@@ -9,12 +9,9 @@ from __future__ import annotations
 
 import dataclasses
 
-from flax import nnx
-
-from attention_jax.harness import cli, report
 from attention_jax.config import GPT2_SMALL, ModelConfig
-from attention_jax.model import Block
-from attention_jax.inspect import count_params, param_breakdown
+from attention_jax.harness import report
+from attention_jax.harness.experiment import Experiment, Result
 from experiments.configs import LADDER, TINY_GPT
 
 NAME = "params"
@@ -45,6 +42,9 @@ def formula(cfg: ModelConfig) -> dict[str, int]:
 
 def block_framework(cfg: ModelConfig) -> dict[str, int]:
     """One abstract Block's parameters grouped by sub-layer (mixer, ffn, ln1, ln2)."""
+    from flax import nnx
+    from attention_jax.inspect import param_breakdown
+    from attention_jax.model import Block
     return param_breakdown(nnx.eval_shape(lambda: Block(cfg, rngs=nnx.Rngs(0))))
 
 
@@ -58,11 +58,13 @@ def block_row(d: int) -> dict:
 
 
 def model_row(name: str, cfg: ModelConfig, book: int | None) -> dict:
+    from attention_jax.inspect import count_params
     return dict(model=name, formula=sum(formula(cfg).values()), framework=count_params(cfg), book=book)
 
 
-def run(args) -> dict:
-    preset, p = cli.choose_preset(args.preset, PRESETS)
+def run(ctx) -> Result:
+    from attention_jax.inspect import count_params, param_breakdown
+    p = ctx.settings
     blocks = [block_row(d) for d in (128, 768)]
     models = [model_row(r.name, r.config, EXPECTED_LADDER.get(r.name)) for r in LADDER]
     models += [model_row("GPT-2 small", GPT2_SMALL, 124_439_808), model_row("tiny char GPT (lecture)", TINY_GPT, 109_056)]
@@ -91,9 +93,6 @@ def run(args) -> dict:
     t_gpt2 = report.format_table([("part", "GPT-2 small", "s"), ("formula", "formula", ",d"),
                                   ("framework", "param_breakdown", ",d"), ("book", "book", ",d")], gpt2)
     t_gpt3 = report.format_table([("part", "GPT-3 (L = 96, d = 12,288)", "s"), ("count", "parameters", ",d")], gpt3)
-    for title, table in (("one block", t_block), ("models", t_models), ("GPT-2 small by part", t_gpt2),
-                         ("GPT-3 by 12·L·d²", t_gpt3)):
-        print(f"{title}\n{table}\n")
     print(f"GPT-2 small: the token table holds {table_share:.1%} of the parameters")
 
     ladder = {r["model"]: r["framework"] for r in models}
@@ -122,22 +121,16 @@ def run(args) -> dict:
                      abs((core + embeddings) / g["reported"] - 1) < 0.01,
                      f"{core / 1e9:.1f} B + {embeddings / 1e9:.2f} B = {(core + embeddings) / 1e9:.1f} B"),
     ]
-    report.publish(args.out, NAME, rows=models, claims=claims, preset=preset,
-                   config={**p, "ladder": {r.name: r.config.to_dict() for r in LADDER},
-                           "tiny_gpt": TINY_GPT.to_dict(), "gpt2_small": GPT2_SMALL.to_dict(),
-                           "gpt3": dataclasses.asdict(gpt3_cfg)},
-                   tables={"One block": t_block, "Models": t_models, "GPT-2 small": t_gpt2,
-                           "GPT-3": t_gpt3},
-                   extra={"blocks": blocks, "gpt2_small": gpt2, "gpt3": gpt3,
-                          "gpt2_token_table_share": table_share})
-    return {"rows": models, "claims": claims, "preset": preset, "config": p, "blocks": blocks, "gpt2_small": gpt2}
+    return Result(rows=models, claims=claims,
+                  config={**p, "ladder": {r.name: r.config.to_dict() for r in LADDER},
+                          "tiny_gpt": TINY_GPT.to_dict(), "gpt2_small": GPT2_SMALL.to_dict(),
+                          "gpt3": dataclasses.asdict(gpt3_cfg)},
+                  tables={"One block": t_block, "Models": t_models, "GPT-2 small": t_gpt2, "GPT-3": t_gpt3},
+                  extra={"blocks": blocks, "gpt2_small": gpt2, "gpt3": gpt3, "gpt2_token_table_share": table_share})
 
 
-def _main(argv=None):
-    return run(cli.parser(NAME, __doc__.splitlines()[0], PRESETS).parse_args(argv))
-
-
-main = cli.main(_main)
+EXPERIMENT = Experiment(NAME, __doc__, PRESETS, run)
+main = EXPERIMENT.main
 
 if __name__ == "__main__":
     raise SystemExit(main())

@@ -10,14 +10,9 @@ order, in float32. The book does not give its shapes; we use batch 2, 64 tokens,
 """
 from __future__ import annotations
 
-import jax
-import jax.numpy as jnp
-from flax import nnx
-
-from attention_jax.harness import cli, report
-from attention_jax import functional as F
 from attention_jax.config import ModelConfig
-from attention_jax.model import MultiHeadAttention
+from attention_jax.harness import report
+from attention_jax.harness.experiment import Experiment, Result
 
 NAME = "parity"
 PRESETS = {
@@ -28,9 +23,15 @@ PRESETS = {
 TOLERANCE = 1e-5      # float32 reordering noise is ~1e-7; a wrong layout or mask is ~1e-1
 
 
-def run(args) -> dict:
-    preset, p = cli.choose_preset(args.preset, PRESETS)
+def run(ctx) -> Result:
+    import jax
+    import jax.numpy as jnp
+    from flax import nnx
+
+    from attention_jax import functional as F
     from attention_jax import torch_ref   # torch is the oracle: imported only here
+    from attention_jax.model import MultiHeadAttention
+    p = ctx.settings
     torch = torch_ref.import_torch()
     import torch.nn.functional as TF
 
@@ -71,21 +72,15 @@ def run(args) -> dict:
     table = report.format_table([("comparison", "comparison", "s"), ("diff", "max |diff|", ".3g"),
                                  ("book", "book", ".3g"), ("magnitude", "mean |torch output|", ".3f"),
                                  ("book_magnitude", "book", ".3f")], rows)
-    print(f"batch {B}, {T} tokens, d_model {D}, {H} heads, causal mask, float32, torch {torch.__version__}\n")
-    print(table)
+    print(f"batch {B}, {T} tokens, d_model {D}, {H} heads, causal mask, float32, torch {torch.__version__}")
     claims = [report.claim(f"{r['comparison']}: max |diff| < {TOLERANCE:g}", r["diff"] < TOLERANCE,
                            f"{r['diff']:.3g} at mean magnitude {r['magnitude']:.3f}") for r in rows]
-    report.publish(args.out, NAME, rows=rows, claims=claims, preset=preset,
-                   config={**p, "model": config.to_dict(), "torch": torch.__version__},
-                   tables={"Parity with PyTorch": table})
-    return {"rows": rows, "claims": claims, "preset": preset, "config": p}
+    return Result(rows=rows, claims=claims, tables={"Parity with PyTorch": table},
+                  config={**p, "model": config.to_dict(), "torch": torch.__version__})
 
 
-def _main(argv=None):
-    return run(cli.parser(NAME, __doc__.splitlines()[0], PRESETS).parse_args(argv))
-
-
-main = cli.main(_main)
+EXPERIMENT = Experiment(NAME, __doc__, PRESETS, run)
+main = EXPERIMENT.main
 
 if __name__ == "__main__":
     raise SystemExit(main())

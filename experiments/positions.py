@@ -1,6 +1,6 @@
 """Position encodings: trained on 64-token windows, read on 64, 128 and 256.
 
-    python -m experiments.positions [--preset smoke|cpu|paper] [--rows a,b] [--steps N] [--seeds N]
+    python -m experiments.positions [--preset smoke|cpu|paper] [--rows a,b] [--steps N] [--seeds N] [--corpus PATH]
 
 Each row is the ladder's one pre-norm block with one kind of position information. Only
 the learned table has rows for positions past 64, and training never touches them.
@@ -11,7 +11,8 @@ import dataclasses
 
 import numpy as np
 
-from attention_jax.harness import cli, report, rows as runs
+from attention_jax.harness import report
+from attention_jax.harness.experiment import Experiment, Result
 from experiments.configs import LADDER_BUDGETS, ONE_BLOCK
 
 TRAIN_LENGTH, LENGTHS = 64, (64, 128, 256)
@@ -42,55 +43,56 @@ def claims(r: dict) -> list[dict]:
     out = []
     if set(ppl) == set(KINDS):
         best, second = sorted(ppl, key=lambda k: ppl[k][first])[:2]
+        rest = min(p[first] for k, p in ppl.items() if k != "learned")
         out.append(report.claim(f"learned positions win at the training length ({first})", best == "learned",
-                                f"{best} {ppl[best][first]:.2f}, then {second} {ppl[second][first]:.2f}"))
+                                f"{best} {ppl[best][first]:.2f}, then {second} {ppl[second][first]:.2f}",
+                                rest - ppl["learned"][first]))
     if "learned" in ppl:
         p = ppl["learned"]
-        out.append(report.claim("learned positions get worse with every length past training",
-                                all(p[a] < p[b] for a, b in zip(LENGTHS, LENGTHS[1:])),
-                                " -> ".join(f"{p[L]:.2f}" for L in LENGTHS)))
+        rise = min(p[b] - p[a] for a, b in zip(LENGTHS, LENGTHS[1:]))
+        out.append(report.claim("learned positions get worse with every length past training", rise > 0,
+                                " -> ".join(f"{p[L]:.2f}" for L in LENGTHS), rise))
     if "sinusoidal" in ppl:
         p = ppl["sinusoidal"]
         out.append(report.claim(f"sinusoids do not extrapolate (worse at {last} than at {first})",
-                                p[last] > p[first], f"{p[first]:.2f} -> {p[last]:.2f}"))
+                                p[last] > p[first], f"{p[first]:.2f} -> {p[last]:.2f}", p[last] - p[first]))
     if {"rope", "learned", "sinusoidal"} <= set(ppl):
         out.append(report.claim(f"RoPE degrades more gently than learned and sinusoidal ({last}/{first})",
                                 ratio["rope"] < min(ratio["learned"], ratio["sinusoidal"]),
-                                ", ".join(f"{k} {ratio[k]:.2f}x" for k in ("rope", "learned", "sinusoidal"))))
+                                ", ".join(f"{k} {ratio[k]:.2f}x" for k in ("rope", "learned", "sinusoidal")),
+                                min(ratio["learned"], ratio["sinusoidal"]) - ratio["rope"]))
     if "alibi" in ppl:
         p, book = ppl["alibi"], BOOK["alibi"]
         out.append(report.claim(f"ALiBi improves with length ({last} better than {first})", p[last] < p[first],
-                                f"{p[first]:.2f} -> {p[last]:.2f} (book {book[first]} -> {book[last]})"))
+                                f"{p[first]:.2f} -> {p[last]:.2f} (book {book[first]} -> {book[last]})",
+                                p[first] - p[last]))
     return out
 
 
-def plot(records: list[dict], path):
-    import matplotlib
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-    fig, ax = plt.subplots(figsize=(6.5, 4.5))
+def figure(records: list[dict], title: str):
+    fig, ax = report.figure(size=(7.5, 4.5))
     for r in records:
         ax.plot(LENGTHS, [r["ppl"][str(L)] for L in LENGTHS], "o-", label=r["name"])
     ax.axvline(TRAIN_LENGTH, color="gray", linestyle=":", label="training length")
     ax.set_xscale("log", base=2)
     ax.set_xticks(LENGTHS, [str(L) for L in LENGTHS])
-    ax.set_yscale("log")
-    ax.set_xlabel("evaluation window (tokens)")
-    ax.set_ylabel("held-out perplexity")
-    ax.legend()
-    report.save_figure(fig, path)
+    ax.set(yscale="log", xlabel="evaluation window (tokens)", ylabel="held-out perplexity", title=title)
+    ax.legend(fontsize=8, loc="center left", bbox_to_anchor=(1.02, 0.5))
+    return fig
 
 
-def _main(argv=None):
-    t = runs.start("positions", __doc__.splitlines()[0], PRESETS, KINDS, argv)
+def run(ctx) -> Result:
+    from attention_jax.harness.tables import TextTable
+    table = TextTable.open(ctx, longest=max(LENGTHS))
     records = []
     for name, cfg in ROWS:
-        if name not in t.rows:
+        if name not in ctx.rows:
             continue
-        r = t.train(name, cfg, measure=at_lengths(t.splits[1]))
+        r = table.train(name, cfg, measures={"lengths": at_lengths(table.splits[1])})
+        r.update(r["measures"]["lengths"])
         for L in LENGTHS:
             r[f"ppl_{L}"] = r["ppl"][str(L)]
-            r[f"book_{L}"] = BOOK.get(name, {}).get(L)
+            r[f"book_{L}"] = BOOK.get(name, {}).get(L) if table.book else None
         r["ratio"] = r["ppl"][str(LENGTHS[-1])] / r["ppl"][str(LENGTHS[0])]
         records.append(r)
         took = "cached" if r["cached"] else f"{r['seconds']:.0f} s"
@@ -100,16 +102,19 @@ def _main(argv=None):
                *[(f"ppl_{L}", f"ppl @{L}", ".2f") for L in LENGTHS],
                ("ratio", f"@{LENGTHS[-1]} / @{LENGTHS[0]}", ".2f"),
                *[(f"book_{L}", f"book @{L}", ".2f") for L in (LENGTHS[0], LENGTHS[-1])]]
-    table = report.format_table(columns, records)
-    print(table)
-    plot(records, t.folder / "positions.png")
-    report.publish(t.args.out, "positions", rows=records, claims=claims({r["name"]: r for r in records}),
-                   tables={"Trained on 64 tokens, read on longer windows": table}, preset=t.preset,
-                   config={"train": dataclasses.asdict(t.train_config), "seeds": t.seeds, "base": BASE.to_dict(),
-                           "train_length": TRAIN_LENGTH, "lengths": list(LENGTHS)})
+    tc = ctx.settings
+    title = (f"positions, {ctx.preset} preset: trained on {TRAIN_LENGTH} tokens, {tc.steps} steps x batch "
+             f"{tc.batch_size}, {len(table.seeds)} seed(s)")
+    return Result(rows=records,
+                  claims=report.claims_across_seeds(claims, {r["name"]: r for r in records}, len(table.seeds)),
+                  tables={"Trained on 64 tokens, read on longer windows": report.format_table(columns, records)},
+                  figures={"positions.png": figure(records, title)},
+                  config={"train": dataclasses.asdict(tc), "seeds": table.seeds, "base": BASE.to_dict(),
+                          "train_length": TRAIN_LENGTH, "lengths": list(LENGTHS), "data": table.describe()})
 
 
-main = cli.main(_main)
+EXPERIMENT = Experiment("positions", __doc__, PRESETS, run, rows=list(KINDS))
+main = EXPERIMENT.main
 
 if __name__ == "__main__":
     raise SystemExit(main())

@@ -12,15 +12,8 @@ from __future__ import annotations
 import functools
 import time
 
-import jax
-import jax.numpy as jnp
-import matplotlib
-
-matplotlib.use("Agg")   # plots are files, never windows
-import matplotlib.pyplot as plt  # noqa: E402
-
-from attention_jax.harness import cli, report  # noqa: E402
-from attention_jax import functional as F  # noqa: E402
+from attention_jax.harness import report
+from attention_jax.harness.experiment import Experiment, Result
 
 NAME = "scaling"
 WIDTHS = (4, 16, 64, 256, 1024)
@@ -42,6 +35,9 @@ def random_scores(key, *, pairs, rows, keys):
     the coordinates are independent N(0, 1), so that prefix is an exact sample at width d,
     the widths differ in nothing but d, and only one random kernel has to be compiled.
     """
+    import jax
+    import jax.numpy as jnp
+    from attention_jax import functional as F
     widest = max(WIDTHS)
     k_pairs, k_q, k_k = jax.random.split(key, 3)
     pair_q, pair_k = jax.random.normal(k_pairs, (2, pairs, widest))
@@ -55,6 +51,9 @@ def random_scores(key, *, pairs, rows, keys):
 
 def row_statistics(scores):
     """Per row: max weight, effective tokens, Jacobian trace; and the Jacobian's error vs the formula."""
+    import jax
+    import jax.numpy as jnp
+    from attention_jax import functional as F
     w = F.masked_softmax(scores)
     jac = F.softmax_jacobian(scores)                            # jax.jacobian, one row at a time
     analytic = jax.vmap(lambda r: jnp.diag(r) - jnp.outer(r, r))(w)
@@ -66,6 +65,9 @@ def row_statistics(scores):
 
 def sweep(key, *, pairs, rows, keys):
     """Every number of the three tables, for all widths, in one compiled function."""
+    import jax
+    import jax.numpy as jnp
+    from attention_jax import functional as F
     dots, raw = random_scores(key, pairs=pairs, rows=rows, keys=keys)
     sqrt_d = jnp.sqrt(jnp.asarray(WIDTHS, jnp.float32))[:, None, None]
     out = dict(var=jnp.var(dots, axis=1, ddof=1), std=jnp.std(dots, axis=1, ddof=1))
@@ -80,26 +82,27 @@ def sweep(key, *, pairs, rows, keys):
     return out
 
 
-def plot(rows, folder):
+def figures(rows, preset: str) -> dict:
     d = [r["d"] for r in rows]
-    fig, ax = plt.subplots(figsize=(5, 4))
+    fig, ax = report.figure(size=(5.5, 4.2))
     ax.loglog(d, [r["std"] for r in rows], "o", label="std(q·k), measured")
     ax.loglog(d, [r["sqrt_d"] for r in rows], "-", label="√d")
-    ax.set(xlabel="d", ylabel="std of q·k", title="scores grow like √d")
+    ax.set(xlabel="d", ylabel="std of q·k", title=f"scores grow like √d ({preset} preset)")
     ax.legend()
-    report.save_figure(fig, folder / "std_vs_d.png")
-    fig, (a1, a2) = plt.subplots(1, 2, figsize=(10, 4))
+    fig2, (a1, a2) = report.figure(ncols=2, size=(10.5, 4.2))
     for variant, style in (("unscaled", "o-"), ("scaled", "s--")):
         a1.semilogx(d, [r[f"{variant}_trace"] for r in rows], style, label=variant)
         a2.semilogx(d, [r[f"{variant}_frozen"] for r in rows], style, label=variant)
     a1.set(xlabel="d_k", ylabel="mean trace Σ w(1−w)", title="softmax Jacobian trace")
     a2.set(xlabel="d_k", ylabel="share of rows with max weight > 0.99", title="frozen rows")
     a1.legend(), a2.legend()
-    report.save_figure(fig, folder / "jacobian.png")
+    fig2.suptitle(f"with and without ÷√d_k, random scores ({preset} preset)")
+    return {"std_vs_d.png": fig, "jacobian.png": fig2}
 
 
-def run(args) -> dict:
-    preset, p = cli.choose_preset(args.preset, PRESETS)
+def run(ctx) -> Result:
+    import jax
+    p = ctx.settings
     key = jax.random.key(p["seed"])
     sizes = {k: p[k] for k in ("pairs", "rows", "keys")}
     with jax.default_matmul_precision("highest"):   # float32 dot products on every backend
@@ -123,10 +126,6 @@ def run(args) -> dict:
                                      ("scaled_frozen", "frozen, ÷√d", ".1%"),
                                      ("unscaled_eff", "mean eff. tokens, unscaled", ".2f"),
                                      ("unscaled_jac_err", "max |J − (diag w − wwᵀ)|", ".2g")], rows)
-    print(f"Var(q·k) over {p['pairs']:,} random pairs\n{var_table}\n")
-    print(f"one row of {p['keys']} scores, with and without ÷√d_k\n{one_table}\n")
-    print(f"softmax Jacobian over {p['rows']:,} rows of {p['keys']} scores "
-          f"(book: frozen ≈70% at d_k = 1024 unscaled; lecture: 18% at 64)\n{jac_table}\n")
     print(f"time: compile {compile_s:.2f} s, run {run_s:.2f} s (all five widths)")
 
     by_d = {r["d"]: r for r in rows}
@@ -143,20 +142,16 @@ def run(args) -> dict:
         report.claim("jax.jacobian of the softmax equals diag(w) − w wᵀ (< 1e-6)", jac_err < 1e-6,
                      f"max |diff| = {jac_err:.2g}"),
     ]
-    folder = report.publish(args.out, NAME, rows=rows, claims=claims, preset=preset, config=p,
-                            tables={"Var(q·k) vs d": var_table, "One row of scores": one_table,
-                                    "Softmax Jacobian": jac_table},
-                            extra={"compile_seconds": compile_s, "run_seconds": run_s})
-    plot(rows, folder)
-    return {"rows": rows, "claims": claims, "preset": preset, "config": p,
-            "compile_seconds": compile_s, "run_seconds": run_s}
+    return Result(rows=rows, claims=claims, config=p, figures=figures(rows, ctx.preset),
+                  tables={f"Var(q·k) vs d, over {p['pairs']:,} random pairs": var_table,
+                          f"One row of {p['keys']} scores, with and without ÷√d_k": one_table,
+                          f"Softmax Jacobian over {p['rows']:,} rows of {p['keys']} scores (book: frozen ≈70% "
+                          "at d_k = 1024 unscaled; lecture: 18% at 64)": jac_table},
+                  extra={"compile_seconds": compile_s, "run_seconds": run_s})
 
 
-def _main(argv=None):
-    return run(cli.parser(NAME, __doc__.splitlines()[0], PRESETS).parse_args(argv))
-
-
-main = cli.main(_main)
+EXPERIMENT = Experiment(NAME, __doc__, PRESETS, run)
+main = EXPERIMENT.main
 
 if __name__ == "__main__":
     raise SystemExit(main())

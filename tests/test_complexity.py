@@ -30,7 +30,7 @@ def fake_child(calls, oom_from=None):
 def test_columns_ratios_and_exponents_are_exact(tmp_path, monkeypatch, capsys):
     calls = []
     monkeypatch.setattr(complexity, "run_child", fake_child(calls))
-    out = complexity._main(["--preset", "smoke", "--max-tokens", "300", "--out", str(tmp_path)])
+    out = complexity.EXPERIMENT(preset="smoke", max_tokens=300, out=str(tmp_path)).extra
     assert {n for _, n, _ in calls} == {128, 256}                         # --max-tokens respected
     for rows in out["results"].values():
         for r in rows:
@@ -52,7 +52,8 @@ def test_columns_ratios_and_exponents_are_exact(tmp_path, monkeypatch, capsys):
 def test_out_of_memory_rows_are_estimated_and_the_rest_goes_on(tmp_path, monkeypatch):
     calls = []
     monkeypatch.setattr(complexity, "run_child", fake_child(calls, oom_from=256))
-    out = complexity._main(["--preset", "smoke", "--out", str(tmp_path)])
+    result = complexity.EXPERIMENT(preset="smoke", out=str(tmp_path))
+    out = {**result.extra, "claims": result.claims}
     naive = out["results"]["naive"]
     assert [r.get("ms") is not None for r in naive] == [True, False, False]
     assert ("naive", 512) not in [(v, n) for v, n, _ in calls]             # past the first OOM: no child
@@ -70,7 +71,8 @@ def test_an_interrupted_run_resumes_and_variants_can_be_chosen(tmp_path, monkeyp
     folder.mkdir()
     cached = fake_child([])(128, "memeff", repeats=1, chunk_size=512) | {"ms": 123.0}
     (folder / "partial.jsonl").write_text(json.dumps(cached) + "\n")
-    out = complexity._main(["--preset", "smoke", "--variants", "memeff", "--out", str(tmp_path)])
+    result = complexity.EXPERIMENT(preset="smoke", variants="memeff", out=str(tmp_path))
+    out = {**result.extra, "claims": result.claims}
     assert list(out["results"]) == ["memeff"] and out["claims"] == []   # claims compare all four
     assert [n for _, n, _ in calls] == [256, 512] and out["results"]["memeff"][0]["ms"] == 123.0
     assert complexity.main(["--preset", "smoke", "--variants", "flash", "--out", str(tmp_path)]) == 2

@@ -1,4 +1,5 @@
-"""Looking inside a model: parameter counts (GPT-2 small from abstract shapes), attention maps, ablation."""
+"""Looking inside a model: parameter counts (GPT-2 small from abstract shapes), named intermediates,
+attention maps, per-head weights, and ablations that always put the model back."""
 
 import dataclasses
 
@@ -10,8 +11,10 @@ from flax import nnx
 
 from attention_jax import functional as F
 from attention_jax.config import GPT2_SMALL, ModelConfig
+from attention_jax.errors import ConfigError, DataError
+from attention_jax.inspect import (ablate, capture_attention, count_params, head_weights, hook_names,
+                                   param_breakdown, run_with_cache)
 from attention_jax.model import Block, LanguageModel
-from attention_jax.inspect import ablate, capture_attention, count_params, param_breakdown
 
 # The chapter's ladder: vocab 1024, d_model 128, each rung adds one thing to the one before.
 RUNG0 = ModelConfig(vocab_size=1024, context=128, d_model=128, mixer="none", positions="none",
@@ -88,7 +91,7 @@ def test_capture_attention_returns_one_causal_stochastic_map_per_attention_block
     model = LanguageModel(dataclasses.replace(TINY, mixer=mixer), rngs=nnx.Rngs(0))
     idx = tokens()
     logits, maps = capture_attention(model, idx)
-    chex.assert_trees_all_close(logits, model(idx), atol=0)
+    chex.assert_trees_all_close(logits, model(idx), atol=1e-5)   # recording weights takes the reference path
     assert len(maps) == TINY.n_layers
     for w in maps:
         chex.assert_shape(w, (B, heads, T, T))
@@ -113,25 +116,94 @@ def test_capture_attention_skips_blocks_without_attention():
     chex.assert_shape(logits, (B, T, 50))
 
 
-def test_capture_attention_switches_sowing_off_again():
+def test_capture_attention_leaves_nothing_behind():
     model = LanguageModel(TINY, rngs=nnx.Rngs(0))
+    hooks_before = [type(m) for _, m in nnx.iter_modules(model)]
     capture_attention(model, tokens())
-    assert not any(block.mixer.sow_weights for block in model.blocks)
+    assert [type(m) for _, m in nnx.iter_modules(model)] == hooks_before     # every recorder swapped back
     model(tokens())
     assert len(nnx.state(model, nnx.Intermediate)) == 0
 
 
+# --- run_with_cache ----------------------------------------------------------------------------
+
+def block_by_hand(block, x):
+    """A pre-norm block from its parts: x + mixer(LN1 x), then + ffn(LN2 x)."""
+    mid = x + block.mixer(block.ln1(x))
+    return mid, mid + block.ffn(block.ln2(mid))
+
+
+def test_run_with_cache_names_every_intermediate_and_they_fit_together():
+    model = LanguageModel(dataclasses.replace(TINY, dropout=0.0), rngs=nnx.Rngs(0))
+    idx = tokens()
+    logits, cache = run_with_cache(model, idx)
+    assert set(cache) == set(hook_names(model))
+    chex.assert_trees_all_close(logits, model(idx), atol=1e-5)          # recording changes nothing
+    chex.assert_trees_all_close(cache["embed"] + cache["positions"], cache["blocks.0.resid_pre"], atol=0)
+    for i, block in enumerate(model.blocks):
+        x = cache[f"blocks.{i}.resid_pre"]
+        mid, post = block_by_hand(block, x)
+        chex.assert_trees_all_close(cache[f"blocks.{i}.resid_mid"], x + cache[f"blocks.{i}.mixer_out"], atol=0)
+        chex.assert_trees_all_close(cache[f"blocks.{i}.resid_mid"], mid, atol=1e-5)
+        chex.assert_trees_all_close(cache[f"blocks.{i}.resid_post"], post, atol=1e-5)
+        w, scores = cache[f"blocks.{i}.mixer.weights"], cache[f"blocks.{i}.mixer.scores"]
+        chex.assert_shape(scores, (B, TINY.n_heads, T, T))
+        chex.assert_trees_all_close(w, F.masked_softmax(scores, F.causal_mask(T)), atol=0)
+        chex.assert_trees_all_close(cache[f"blocks.{i}.mixer.z"], w @ cache[f"blocks.{i}.mixer.v"], atol=1e-5)
+    chex.assert_trees_all_close(cache["final"], cache[f"blocks.{TINY.n_layers - 1}.resid_post"], atol=0)
+    chex.assert_trees_all_close(model.unembed(model.blocks[1](model.blocks[0](model.embed(idx)))), logits,
+                                atol=1e-5)
+
+
+def test_run_with_cache_weights_equal_capture_attention_and_torch_layout():
+    model = LanguageModel(TINY, rngs=nnx.Rngs(1))
+    idx = tokens(1)
+    _, maps = capture_attention(model, idx)
+    _, cache = run_with_cache(model, idx, names="blocks.*.mixer.weights")
+    assert sorted(cache) == ["blocks.0.mixer.weights", "blocks.1.mixer.weights"]
+    for i, w in enumerate(maps):
+        chex.assert_trees_all_close(cache[f"blocks.{i}.mixer.weights"], w, atol=0)
+
+
+def test_run_with_cache_refuses_a_name_that_matches_nothing():
+    model = LanguageModel(TINY, rngs=nnx.Rngs(0))
+    with pytest.raises(ConfigError) as info:
+        run_with_cache(model, tokens(), names=["blocks.7.resid_pre"])
+    assert "blocks.7.resid_pre" in str(info.value) and "\n" not in str(info.value)
+
+
+def test_head_views_rebuild_the_attention_output():
+    """sum over heads of softmax(x W_q^h (x W_k^h)ᵀ/√d) x W_v^h W_o^h + b_o is the layer's output."""
+    cfg = dataclasses.replace(TINY, n_layers=1, qkv_bias=False)
+    model = LanguageModel(cfg, rngs=nnx.Rngs(2))
+    x = jnp.asarray(np.random.default_rng(0).standard_normal((B, T, cfg.d_model)), jnp.float32)
+    views = head_weights(model, 0)
+    chex.assert_shape([views["q"], views["k"], views["v"], views["o"]],
+                      [(4, 32, 8), (4, 32, 8), (4, 32, 8), (4, 8, 32)])
+    out = sum(F.attention(x @ views["q"][h], x @ views["k"][h], x @ views["v"][h], mask=F.causal_mask(T))
+              @ views["o"][h] for h in range(4)) + model.blocks[0].mixer.out.bias[...]
+    chex.assert_trees_all_close(out, model.blocks[0].mixer(x), atol=1e-5)
+    with pytest.raises(ConfigError):
+        head_weights(LanguageModel(dataclasses.replace(cfg, mixer="average"), rngs=nnx.Rngs(0)), 0)
+
+
 # --- ablation ---------------------------------------------------------------------------------
+
+def parts(model):
+    """Which modules sit where: equal before and after an ablation means the model is whole again."""
+    return [(path, type(m)) for path, m in nnx.iter_modules(model)]
+
 
 def test_ablate_mixer_changes_the_output_and_restores_it_after_the_with_block():
     model = LanguageModel(TINY, rngs=nnx.Rngs(0))
     idx = tokens()
-    before = model(idx)
+    before, shape = model(idx), parts(model)
     with ablate(model, mixer=[0]) as ablated:
         assert ablated is model
         assert np.abs(model(idx) - before).max() > 1e-4
-        assert not model.blocks[0].use_mixer and model.blocks[1].use_mixer
+        assert model.blocks[0].mixer is None and model.blocks[1].mixer is not None
     chex.assert_trees_all_close(model(idx), before, atol=0)
+    assert parts(model) == shape
 
 
 def test_ablate_feed_forward_changes_the_output_and_restores_it():
@@ -143,12 +215,67 @@ def test_ablate_feed_forward_changes_the_output_and_restores_it():
     chex.assert_trees_all_close(model(idx), before, atol=0)
 
 
-def test_ablate_restores_even_when_the_body_raises():
+@pytest.mark.parametrize("kind", ["mixer", "heads", "positions", "bidirectional"])
+def test_the_model_is_unchanged_after_an_ablation_whose_body_raises(kind):
     model = LanguageModel(TINY, rngs=nnx.Rngs(0))
+    idx = tokens()
+    before, shape = model(idx), parts(model)
+    kw = {"mixer": {"mixer": [0, 1], "feed_forward": [0]}, "heads": {"heads": {0: [1], 1: [0, 3]}},
+          "positions": {"positions": True}, "bidirectional": {"bidirectional": True}}[kind]
     with pytest.raises(RuntimeError):
-        with ablate(model, mixer=[0, 1], feed_forward=[0]):
+        with ablate(model, **kw):
+            assert np.abs(model(idx) - before).max() > 1e-5
             raise RuntimeError("boom")
-    assert all(block.use_mixer and block.use_ffn for block in model.blocks)
+    assert parts(model) == shape
+    chex.assert_trees_all_close(model(idx), before, atol=0)
+
+
+def test_ablating_every_head_equals_ablating_the_mixer():
+    """Without W_o's bias the two are the same; with it, every head off leaves exactly that bias."""
+    idx = tokens()
+    for bias in (False, True):
+        model = LanguageModel(dataclasses.replace(TINY, bias=bias), rngs=nnx.Rngs(3))
+        with ablate(model, heads={0: range(4)}):
+            _, heads_off = run_with_cache(model, idx, names="blocks.0.resid_mid")
+        with ablate(model, mixer=[0]):
+            _, mixer_off = run_with_cache(model, idx, names="blocks.0.resid_mid")
+        b_o = model.blocks[0].mixer.out.bias[...] if bias else 0.0
+        chex.assert_trees_all_close(heads_off["blocks.0.resid_mid"], mixer_off["blocks.0.resid_mid"] + b_o,
+                                    atol=1e-6)
+    model = LanguageModel(dataclasses.replace(TINY, bias=False), rngs=nnx.Rngs(3))
+    with ablate(model, heads={0: range(4), 1: range(4)}):
+        every_head = model(idx)
+    with ablate(model, mixer=[0, 1]):
+        chex.assert_trees_all_close(every_head, model(idx), atol=1e-5)
+
+
+def test_ablating_one_head_zeroes_only_that_heads_output():
+    model = LanguageModel(TINY, rngs=nnx.Rngs(0))
+    with ablate(model, heads={1: [2]}):
+        _, cache = run_with_cache(model, tokens(), names="blocks.*.mixer.z")
+    z1 = np.asarray(cache["blocks.1.mixer.z"])
+    assert np.all(z1[:, 2] == 0) and np.all(np.abs(z1[:, [0, 1, 3]]).max(axis=(1, 2, 3)) > 0)
+    assert np.abs(np.asarray(cache["blocks.0.mixer.z"])).min(axis=(0, 2, 3)).shape == (4,)
+
+
+def test_zeroing_the_positions_makes_the_stream_start_at_the_token_vectors():
+    model = LanguageModel(TINY, rngs=nnx.Rngs(0))
+    with ablate(model, positions=True):
+        _, cache = run_with_cache(model, tokens(), names=["embed", "blocks.0.resid_pre"])
+    chex.assert_trees_all_close(cache["blocks.0.resid_pre"], cache["embed"], atol=0)
+
+
+def test_the_bidirectional_mask_lets_a_position_see_the_future():
+    model = LanguageModel(TINY, rngs=nnx.Rngs(0))
+    idx = tokens()
+    later = idx.at[:, -1].set((idx[:, -1] + 1) % 50)
+    first = lambda: np.abs(np.asarray(model(later) - model(idx)))[:, 0].max()
+    assert first() == 0.0                                         # causal: position 0 is blind to the last
+    with ablate(model, bidirectional=True):
+        assert first() > 1e-4
+        _, cache = run_with_cache(model, idx, names="blocks.0.mixer.weights")
+        assert np.all(np.asarray(cache["blocks.0.mixer.weights"]) > 0)    # every weight, the future's too
+    assert first() == 0.0
 
 
 def test_with_every_mixer_ablated_no_position_sees_another():
@@ -165,5 +292,13 @@ def test_nested_ablations_restore_the_outer_state():
     with ablate(model, mixer=[0]):
         with ablate(model, mixer=[0, 1]):
             pass
-        assert not model.blocks[0].use_mixer
-    assert model.blocks[0].use_mixer
+        assert model.blocks[0].mixer is None and model.blocks[1].mixer is not None
+    assert model.blocks[0].mixer is not None
+
+
+@pytest.mark.parametrize("bad", [50, 5000, -1])
+def test_token_ids_outside_the_vocabulary_are_refused_at_the_door(bad):
+    model = LanguageModel(TINY, rngs=nnx.Rngs(0))
+    with pytest.raises(DataError) as info:
+        model(tokens().at[0, 3].set(bad))
+    assert f"token id {bad} is outside the vocabulary [0, 50)" in str(info.value)

@@ -1,5 +1,5 @@
 """experiments/throughput.py on its smoke preset, and the fast paths it measures giving the
-same numbers as the plain formulas (attention_jax.fastpath: dense's hand-written backward,
+same numbers as the plain formulas (attention_jax.kernels: dense's hand-written backward;
 attention scored in two causal halves)."""
 from __future__ import annotations
 
@@ -18,7 +18,7 @@ from experiments import throughput
 
 def test_smoke_run_prints_one_json_line_and_writes_the_claim(tmp_path, capsys):
     assert throughput.main(["--preset", "smoke", "--out", str(tmp_path), "--json"]) == 0
-    summary = json.loads(capsys.readouterr().out.strip().splitlines()[-1])
+    summary = json.loads(next(line for line in capsys.readouterr().out.splitlines() if line.startswith("{")))
     for key in ("ms_per_step", "tokens_per_s", "mfu", "flops_per_s", "peak_flops", "torch_ms_per_step", "ratio"):
         assert summary[key] > 0, key
     assert summary["backend"] == "cpu" and summary["devices"] >= 1
@@ -26,9 +26,19 @@ def test_smoke_run_prints_one_json_line_and_writes_the_claim(tmp_path, capsys):
     assert summary["tokens_per_s"] == pytest.approx(8 * 128 / summary["ms_per_step"] * 1e3)
     results = json.loads((tmp_path / "throughput" / "results.json").read_text())
     names = [r["name"] for r in results["rows"]]
-    assert {"ours", "ours, 1 device", "torch", "torch + mallopt"} <= set(names)
+    assert {"ours", "ours, loss only", "ours, 1 device", "torch", "torch + mallopt"} <= set(names)
+    assert -0.5 < summary["metrics_cost"] < 1.0          # measured, whatever its sign on a busy machine
     assert results["claims"][0]["claim"] == throughput.CLAIM
     assert f"ratio {summary['ratio']:.2f}" in results["claims"][0]["measured"]
+
+
+def test_without_torch_it_is_one_line_and_exit_2(tmp_path, monkeypatch, capsys):
+    import importlib.util
+    real = importlib.util.find_spec
+    monkeypatch.setattr(importlib.util, "find_spec", lambda name, *a: None if name == "torch" else real(name, *a))
+    assert throughput.main(["--preset", "smoke", "--out", str(tmp_path)]) == 2
+    err = capsys.readouterr().err.strip()
+    assert len(err.splitlines()) == 1 and err.startswith("error:") and "--no-torch" in err
 
 
 def test_the_model_flop_count_is_palms_formula():

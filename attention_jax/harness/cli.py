@@ -3,21 +3,32 @@
 Each experiment declares its presets (`smoke` for tests, `cpu` for a 2-core laptop,
 `paper` for the book's budget on a GPU/TPU) and gets the same flags, the same
 announcement of the chosen preset, and the same handling of user errors: one line on
-stderr naming the problem and the fix, exit status 2, nothing finished lost.
+stderr naming the problem and the fix, exit status 2, nothing finished lost. Nothing here
+imports JAX, so `--help` and a bad flag answer at once.
 """
 from __future__ import annotations
 
 import argparse
-import functools
+import math
+import os
+import pathlib
 import sys
-from typing import Callable, Mapping
+from typing import Mapping, Sequence
 
 from attention_jax.errors import ConfigError, UserError
-from attention_jax.harness.platform import accelerator, apply_mallopt
+
+EXIT_USER_ERROR, EXIT_INTERRUPTED = 2, 130
+SMOKE_NOTE = ("smoke preset: a plumbing check of a few steps; its figures and claims mean nothing at this "
+              "budget (--preset cpu or paper for the chapter's)")
+
+
+class _Parser(argparse.ArgumentParser):
+    def error(self, message):   # argparse's own errors become the one-line convention too
+        raise ConfigError(f"{message} (see {self.prog} --help)")
 
 
 def parser(name: str, description: str, presets: Mapping[str, object] | None = None) -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(prog=f"python -m experiments.{name}", description=description)
+    p = _Parser(prog=f"python -m experiments.{name}", description=description)
     if presets:
         p.add_argument("--preset", default=None,
                        help=f"one of {', '.join(presets)} (default: paper on a GPU/TPU, cpu otherwise)")
@@ -25,9 +36,50 @@ def parser(name: str, description: str, presets: Mapping[str, object] | None = N
     return p
 
 
+def positive_int(text: str) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a whole number") from None
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"{value} must be a positive whole number")
+    return value
+
+
+def positive_float(text: str) -> float:
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a number") from None
+    if not (math.isfinite(value) and value > 0):
+        raise argparse.ArgumentTypeError(f"{text} must be a finite positive number")
+    return value
+
+
+def add_training_args(p: argparse.ArgumentParser, rows: Sequence[str]) -> argparse.ArgumentParser:
+    """The flags every training table shares."""
+    p.add_argument("--rows", default=None, help=f"comma-separated subset of: {', '.join(rows)}")
+    p.add_argument("--steps", type=positive_int, default=None, help="override the preset's training steps")
+    p.add_argument("--batch-size", type=positive_int, default=None, help="override the preset's batch size")
+    p.add_argument("--lr", type=positive_float, default=None, help="override the preset's peak learning rate")
+    p.add_argument("--schedule", choices=("constant", "cosine"), default=None,
+                   help="override the preset's schedule after warmup (cosine decays to 0.1 x lr)")
+    p.add_argument("--eval-every", type=positive_int, default=None, metavar="N",
+                   help="also measure the table's figures every N steps (curves.png, results.json)")
+    p.add_argument("--seeds", type=positive_int, default=1, help="train N seeds at once (vmap): mean ± std, "
+                   "and every claim checked per seed")
+    p.add_argument("--data", default=None, help="tinyshakespeare.txt or a folder holding it")
+    p.add_argument("--corpus", default=None, metavar="PATH",
+                   help="train on your own UTF-8 text file instead (its own BPE; no book figures)")
+    p.add_argument("--fresh", action="store_true", help="ignore finished rows and checkpoints; retrain")
+    p.add_argument("--no-progress", action="store_true", help="no progress bars")
+    return p
+
+
 def choose_preset(requested: str | None, presets: Mapping[str, object]) -> tuple[str, object]:
     """Resolve --preset, announcing the choice on the first line of output."""
     if requested is None:
+        from attention_jax.harness.platform import accelerator   # imports JAX: only when it must look
         acc = accelerator()
         requested = "paper" if acc and "paper" in presets else ("cpu" if "cpu" in presets else next(iter(presets)))
         why = f"{acc} found" if acc else "no GPU/TPU found; --preset paper runs the book's budget"
@@ -36,34 +88,58 @@ def choose_preset(requested: str | None, presets: Mapping[str, object]) -> tuple
         raise ConfigError(f"unknown preset {requested!r}; choose one of: {', '.join(presets)}")
     else:
         print(f"preset: {requested}", flush=True)
+    if requested == "smoke":
+        print(SMOKE_NOTE, flush=True)
     return requested, presets[requested]
 
 
 def choose_names(requested: str | None, known: list[str], what: str = "row") -> list[str]:
-    """Parse a comma-separated subset such as --rows a,b; unknown names are one clear error."""
-    if not requested:
+    """Parse a comma-separated subset such as --rows a,b; unknown or no names are one clear error."""
+    if requested is None:
         return list(known)
     names = [n.strip() for n in requested.split(",") if n.strip()]
+    if not names:
+        raise ConfigError(f"--{what}s {requested!r} names no {what}; choose from: {', '.join(known)}")
     unknown = [n for n in names if n not in known]
     if unknown:
         raise ConfigError(f"unknown {what} {', '.join(map(repr, unknown))}; choose from: {', '.join(known)}")
     return [n for n in known if n in names]
 
 
-def main(fn: Callable[[list[str] | None], object]) -> Callable[[list[str] | None], int]:
-    """Wrap an experiment's entry point: user errors and Ctrl-C become one line and an exit code."""
-    @functools.wraps(fn)
-    def wrapped(argv: list[str] | None = None) -> int:
-        if argv is None:   # a command-line run (tests pass argv): keep XLA's scratch memory
-            apply_mallopt()
-        try:
-            fn(argv)
-        except UserError as e:
-            print(f"error: {e}", file=sys.stderr)
-            return 2
-        except KeyboardInterrupt:
-            print("interrupted: finished results are kept; rerun the same command to continue",
-                  file=sys.stderr)
-            return 130
-        return 0
-    return wrapped
+def results_folder(out: str, name: str) -> pathlib.Path:
+    """`<out>/<name>/`, proven writable before any work starts (by writing there), left as it was found.
+
+    Folders the proof had to create are removed again, so a command refused later (a bad
+    corpus, say) leaves nothing behind; the results' own writes create them for real.
+    """
+    if not str(out).strip():
+        raise ConfigError("--out is empty; name a folder for the results, e.g. --out results")
+    folder = pathlib.Path(out).expanduser() / name
+    created = [p for p in (folder, *folder.parents) if not p.exists()]
+    try:
+        folder.mkdir(parents=True, exist_ok=True)
+        probe = folder / f".write-test-{os.getpid()}"
+        probe.write_text("")
+        probe.unlink()
+        for p in created:          # deepest first
+            p.rmdir()
+    except OSError as e:
+        reason = " ".join(str(e.strerror or e).split())
+        raise ConfigError(f"--out {out}: cannot write results into {folder} ({reason}); "
+                          "choose a writable folder") from None
+    return folder
+
+
+def report_error(e: BaseException) -> int:
+    """Print a user error or an interrupt as its one line; return the exit status."""
+    if isinstance(e, KeyboardInterrupt):
+        print("interrupted: finished results are kept; rerun the same command to continue", file=sys.stderr,
+              flush=True)
+        return EXIT_INTERRUPTED
+    message = " ".join(str(e).split())
+    print(f"error: {message}", file=sys.stderr, flush=True)
+    return EXIT_USER_ERROR
+
+
+__all__ = ["parser", "add_training_args", "choose_preset", "choose_names", "results_folder", "report_error",
+           "positive_int", "positive_float", "UserError", "ConfigError", "SMOKE_NOTE"]

@@ -12,7 +12,10 @@ import json
 import math
 import os
 import pathlib
+import tempfile
 from typing import Any, Iterable, Sequence
+
+from attention_jax.harness.cli import SMOKE_NOTE
 
 Column = tuple[str, str, str]   # (row key, header, format spec such as ",d" or ".2f")
 
@@ -39,13 +42,62 @@ def format_table(columns: Sequence[Column], rows: Iterable[dict]) -> str:
     return "\n".join([line(headers), sep] + [line(c) for c in cells])
 
 
-def claim(text: str, passed: bool, measured: str) -> dict:
-    """One of the chapter's claims as checked here; `measured` says what the code saw."""
-    return {"claim": text, "passed": bool(passed), "measured": measured}
+def claim(text: str, passed: bool, measured: str, margin: float | None = None) -> dict:
+    """One of the chapter's claims as checked here; `measured` says what the code saw.
+
+    `margin`: how far the figure is from failing, in the claim's own units (positive when it
+    passes), so a pass by less than the seed-to-seed spread can be seen for what it is.
+    """
+    out = {"claim": text, "passed": bool(passed), "measured": measured}
+    if margin is not None:
+        out["margin"] = float(margin)
+    return out
+
+
+def seed_view(record: dict, i: int) -> dict:
+    """Seed i's figures in place of the means: every `k` with a per-seed `k_seeds` list (or dict of lists)."""
+    view = dict(record)
+    for key, value in record.items():
+        if key.endswith("_seeds") and key[:-6] in record:
+            if isinstance(value, dict):
+                view[key[:-6]] = {k: v[i] for k, v in value.items()}
+            elif isinstance(value, list):
+                view[key[:-6]] = value[i]
+    return view
+
+
+def claims_across_seeds(check, records: dict[str, dict], n_seeds: int) -> list[dict]:
+    """`check(records)` on the seed means, each claim annotated with how many seeds it holds in.
+
+    The same check runs on every seed's own figures; a claim then reads "holds in 2 of 3
+    seeds" with the smallest margin among them, and results.json keeps every seed's verdict.
+    """
+    claims = check(records)
+    if n_seeds < 2:
+        return claims
+    per_seed = [check({k: seed_view(r, i) for k, r in records.items()}) for i in range(n_seeds)]
+    for j, c in enumerate(claims):
+        verdicts = [seed[j] for seed in per_seed]
+        margins = [v.get("margin") for v in verdicts]
+        c["seeds"] = {"held": sum(v["passed"] for v in verdicts), "of": n_seeds,
+                      "passed": [v["passed"] for v in verdicts], "measured": [v["measured"] for v in verdicts],
+                      "margins": margins,
+                      "smallest_margin": min(margins) if all(m is not None for m in margins) else None}
+    return claims
+
+
+def _claim_line(c: dict) -> str:
+    text = f"{c['claim']} ({c['measured']}"
+    seeds = c.get("seeds")
+    if seeds:
+        text += f"; holds in {seeds['held']} of {seeds['of']} seeds"
+        if seeds.get("smallest_margin") is not None:
+            text += f", smallest margin {seeds['smallest_margin']:.3g}"
+    return text + ")"
 
 
 def format_claims(claims: Sequence[dict]) -> str:
-    lines = [f"  [{'PASS' if c['passed'] else 'FAIL'}] {c['claim']} ({c['measured']})" for c in claims]
+    lines = [f"  [{'PASS' if c['passed'] else 'FAIL'}] {_claim_line(c)}" for c in claims]
     return "claims:\n" + "\n".join(lines) if lines else "claims: none"
 
 
@@ -58,53 +110,80 @@ def _jsonable(x):
         x = x.item()
     if isinstance(x, float) and not math.isfinite(x):
         return None if math.isnan(x) else ("inf" if x > 0 else "-inf")
+    if isinstance(x, pathlib.PurePath):
+        return str(x)
     if hasattr(x, "tolist"):
         return _jsonable(x.tolist())
     return x
 
 
 def atomic_write(path: pathlib.Path, text: str) -> None:
+    """Write to a temporary file of this process's own beside `path`, then rename it over `path`.
+
+    The temporary name is unique (two runs finishing together never share one), and the
+    rename is atomic: a reader sees the old file or the new one, never half of one.
+    """
     path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_name(path.name + ".tmp")
-    tmp.write_text(text)
-    os.replace(tmp, path)
+    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
+    try:
+        with os.fdopen(fd, "w", encoding="utf-8") as f:
+            f.write(text)
+        os.replace(tmp, path)
+    finally:
+        if os.path.exists(tmp):
+            os.unlink(tmp)
 
 
-def results_dir(out: str | os.PathLike, name: str) -> pathlib.Path:
-    path = pathlib.Path(out) / name
-    path.mkdir(parents=True, exist_ok=True)
-    return path
-
-
-def write_results(out: str | os.PathLike, name: str, *, rows: list[dict], claims: list[dict],
-                  tables: dict[str, str], preset: str | None = None, config: Any = None,
-                  extra: dict | None = None) -> pathlib.Path:
-    """Write `table.md` (every table, then the claims) and `results.json`; return the folder."""
-    folder = results_dir(out, name)
+def markdown(name: str, preset: str | None, tables: dict[str, str], claims: Sequence[dict]) -> str:
+    """Every table, then the claims, as one Markdown document."""
     md = [f"# {name}" + (f" (preset: {preset})" if preset else ""), ""]
+    if preset == "smoke":
+        md += [f"*{SMOKE_NOTE}*", ""]
     for title, table in tables.items():
         md += [f"## {title}", "", table, ""]
-    md += ["## Claims", ""] + [f"- **{'PASS' if c['passed'] else 'FAIL'}** {c['claim']} — {c['measured']}"
-                               for c in claims]
-    atomic_write(folder / "table.md", "\n".join(md) + "\n")
+    md += ["## Claims", ""] + [f"- **{'PASS' if c['passed'] else 'FAIL'}** {_claim_line(c)}" for c in claims]
+    return "\n".join(md) + "\n"
+
+
+def write_results(folder: pathlib.Path, name: str, *, rows: list[dict], claims: list[dict],
+                  tables: dict[str, str], preset: str | None = None, config: Any = None,
+                  extra: dict | None = None) -> pathlib.Path:
+    """Write `table.md` (every table, then the claims) and `results.json` into `folder`."""
+    atomic_write(folder / "table.md", markdown(name, preset, tables, claims))
     payload = {"name": name, "preset": preset, "rows": rows, "claims": claims, "config": config}
     payload.update(extra or {})
     atomic_write(folder / "results.json", json.dumps(_jsonable(payload), indent=2) + "\n")
     return folder
 
 
-def publish(out: str | os.PathLike, name: str, *, claims: list[dict], **results) -> pathlib.Path:
-    """How every experiment ends: print the claims, write the results, say where."""
-    print("\n" + format_claims(claims))
-    folder = write_results(out, name, claims=claims, **results)
+def publish(folder: pathlib.Path, result) -> pathlib.Path:
+    """How every experiment ends: print the tables and claims, write the results and figures, say where."""
+    for title, table in result.tables.items():
+        print(f"\n{title}\n{table}")
+    print("\n" + format_claims(result.claims))
+    if result.preset == "smoke":
+        print(SMOKE_NOTE)
+    write_results(folder, result.name, rows=result.rows, claims=result.claims, tables=result.tables,
+                  preset=result.preset, config=result.config,
+                  extra={**result.extra, "figures": sorted(result.figures)})
+    for file_name, fig in result.figures.items():
+        save_figure(fig, folder / file_name)
     print(f"\nwrote {folder}")
     return folder
 
 
+def figure(*, ncols: int = 1, size: tuple[float, float] = (6.5, 4.5), **kw):
+    """A matplotlib Figure and its axes, made without pyplot: no backend is chosen or switched."""
+    from matplotlib.figure import Figure
+    fig = Figure(figsize=size, layout="constrained")
+    axes = fig.subplots(1, ncols, **kw)
+    return fig, axes
+
+
 def save_figure(fig, path: pathlib.Path) -> pathlib.Path:
-    """Save a matplotlib figure as PNG and close it (plots never open a window)."""
+    """Save a matplotlib figure as PNG (plots never open a window)."""
     path.parent.mkdir(parents=True, exist_ok=True)
-    fig.savefig(path, dpi=120, bbox_inches="tight")
-    import matplotlib.pyplot as plt
-    plt.close(fig)
+    tmp = path.with_name(f".{path.stem}.{os.getpid()}.tmp.png")
+    fig.savefig(tmp, dpi=120)
+    os.replace(tmp, path)
     return path

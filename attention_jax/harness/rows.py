@@ -1,9 +1,15 @@
 """Training a table's rows: a cache of finished rows and a checkpoint folder per row.
 
-Every training experiment (the ladder and those after it) runs its rows through
-`train_row`. A row's key is a hash of its model config, training config, preset and
-seeds, so a rerun of the same command skips finished rows, an interrupted row resumes
-from its last checkpoint, and changing anything about a row trains it anew.
+Every training experiment runs its rows through `Table.train`. A row's key is a hash of
+its model config, training config, preset, seeds and task (the corpus, when it is not
+the default), so a rerun of the same command skips finished rows, an interrupted row
+resumes from its last checkpoint, and changing anything about a row trains it anew.
+
+A finished row keeps its checkpoint: `load_model(record, folder)` reopens its trained
+model, and a measurement the cached record lacks (one added to the table later) is
+computed from that checkpoint and added to the record. A cached record is trusted only
+when it parses and its key, config and training config are the ones asked for; otherwise
+the row is trained again, saying why.
 """
 from __future__ import annotations
 
@@ -11,107 +17,14 @@ import dataclasses
 import hashlib
 import json
 import pathlib
-from typing import Any, Callable, Sequence
+import sys
+from typing import Any, Callable, Mapping
 
 import numpy as np
 
 from attention_jax.config import ModelConfig, TrainConfig
-from attention_jax.data import load_tokens, resolve_corpus, train_val_split
-from attention_jax.harness import cli, report
-from attention_jax.inspect import count_params
-from attention_jax.train import Engine, fit
 
-
-def add_training_args(p, *, rows: Sequence[str] | None = None):
-    """The flags every training experiment shares."""
-    if rows:
-        p.add_argument("--rows", default=None, help=f"comma-separated subset of: {', '.join(rows)}")
-    p.add_argument("--steps", type=int, default=None, help="override the preset's training steps")
-    p.add_argument("--batch-size", type=int, default=None, help="override the preset's batch size")
-    p.add_argument("--lr", type=float, default=None, help="override the preset's peak learning rate")
-    p.add_argument("--schedule", choices=("constant", "cosine"), default=None,
-                   help="override the preset's schedule after warmup (cosine decays to 0.1 x lr)")
-    p.add_argument("--eval-every", type=int, default=None, metavar="N",
-                   help="also measure train and val perplexity every N steps (curves.png, results.json)")
-    p.add_argument("--seeds", type=int, default=1, help="train N seeds at once (vmap) and report mean ± std")
-    p.add_argument("--data", default=None, help="tinyshakespeare.txt or a folder holding it")
-    p.add_argument("--fresh", action="store_true", help="ignore finished rows and checkpoints; retrain")
-    p.add_argument("--no-progress", action="store_true", help="no progress bars")
-    return p
-
-
-@dataclasses.dataclass
-class Table:
-    """What a training experiment's command line resolves to, before any row trains."""
-    args: Any
-    preset: str
-    train_config: TrainConfig
-    rows: list[str]          # the chosen rows, in the table's order
-    seeds: list[int]
-    splits: tuple            # (train, val) token ids
-    folder: pathlib.Path     # results/<name>/
-
-    def train(self, name: str, model_config: ModelConfig, **kw) -> dict:
-        """`train_row` with this command's training config, preset, seeds and flags."""
-        return train_row(name, model_config, self.train_config, self.splits, preset=self.preset, seeds=self.seeds,
-                         folder=self.folder, fresh=self.args.fresh, progress=not self.args.no_progress, **kw)
-
-
-def start(name: str, description: str, presets, rows: Sequence[str], argv=None) -> Table:
-    """Parse the shared flags, pick the preset and rows, load the corpus: every training table's start."""
-    args = add_training_args(cli.parser(name, description, presets), rows=rows).parse_args(argv)
-    preset, train_config = cli.choose_preset(args.preset, presets)
-    chosen = cli.choose_names(args.rows, list(rows))
-    train_config = with_overrides(train_config, args)
-    seeds = seeds_from(args.seeds)
-    splits = load_splits(args.data)
-    return Table(args, preset, train_config, chosen, seeds, splits, report.results_dir(args.out, name))
-
-
-def load_splits(data: str | None, *, vocab_size: int = 1024):
-    """Corpus -> BPE ids -> (train, val), the 90/10 split every table uses."""
-    tokens = load_tokens(resolve_corpus(data), vocab_size=vocab_size)
-    return train_val_split(tokens)
-
-
-def row_key(name: str, model_config: ModelConfig, train_config: TrainConfig, preset: str, seeds) -> str:
-    blob = json.dumps({"model": model_config.to_dict(), "train": dataclasses.asdict(train_config),
-                       "preset": preset, "seeds": list(seeds)}, sort_keys=True)
-    return f"{name}-{hashlib.sha256(blob.encode()).hexdigest()[:12]}"
-
-
-def train_row(name: str, model_config: ModelConfig, train_config: TrainConfig, splits, *,
-              preset: str, seeds: Sequence[int], folder: pathlib.Path, fresh: bool = False,
-              progress: bool = True, measure: Callable[[Engine, Any], dict] | None = None) -> dict:
-    """Train one row (or load it when already finished) and return its record.
-
-    `measure(engine, state)` may add a table's own figures (e.g. perplexity at other
-    lengths) to the record; they are cached with it, so a finished row is never reloaded.
-    """
-    key = row_key(name, model_config, train_config, preset, seeds)
-    done_file = folder / "rows" / f"{key}.json"
-    if done_file.exists() and not fresh:
-        record = json.loads(done_file.read_text())
-        record["cached"] = True
-        return record
-    engine = Engine(model_config, train_config, n_seeds=len(seeds))
-    result = fit(model_config, train_config, *splits, seeds=seeds, workdir=folder / "runs" / key,
-                 resume=not fresh, progress=progress, desc=name, engine=engine)
-    train_mean, train_std = result.mean_std("train_ppl")
-    val_mean, val_std = result.mean_std("val_ppl")
-    record = {"name": name, "key": key, "params": count_params(model_config),
-              "train_ppl": train_mean, "train_ppl_std": train_std,
-              "val_ppl": val_mean, "val_ppl_std": val_std,
-              "train_ppl_seeds": result.train_ppl, "val_ppl_seeds": result.val_ppl,
-              "seeds": list(seeds), "steps": result.steps, "seconds": result.seconds,
-              "resumed_from": result.resumed_from, "config": model_config.to_dict(),
-              "history": [{"step": h["step"], "train_ppl": float(np.mean(h["train_ppl"])),
-                           "val_ppl": float(np.mean(h["val_ppl"]))} for h in result.history]}
-    if measure is not None:
-        record.update(measure(engine, result.state))
-    report.atomic_write(done_file, json.dumps(record, indent=1))
-    record["cached"] = False
-    return record
+Measure = Callable[[Any, Any], dict]   # (engine, state) -> figures to keep with the row
 
 
 def with_overrides(train_config: TrainConfig, args) -> TrainConfig:
@@ -122,11 +35,130 @@ def with_overrides(train_config: TrainConfig, args) -> TrainConfig:
     return dataclasses.replace(train_config, **change)
 
 
-def fmt_ppl(mean: float, std: float = 0.0) -> str:
+def row_key(name: str, model_config: ModelConfig, train_config: TrainConfig, preset: str, seeds,
+            task_identity: Mapping | None = None) -> str:
+    blob = {"model": model_config.to_dict(), "train": dataclasses.asdict(train_config), "preset": preset,
+            "seeds": list(seeds)}
+    if task_identity:
+        blob["task"] = dict(task_identity)
+    digest = hashlib.sha256(json.dumps(blob, sort_keys=True).encode()).hexdigest()[:12]
+    return f"{name}-{digest}"
+
+
+def _note(message: str) -> None:
+    print(f"note: {message}", file=sys.stderr, flush=True)
+
+
+def _cached(path: pathlib.Path, key: str, model_config: ModelConfig, train_config: TrainConfig) -> dict | None:
+    """The finished row's record, or None (saying why) when it is missing, damaged or someone else's."""
+    if not path.exists():
+        return None
+    try:
+        record = json.loads(path.read_text(encoding="utf-8"))
+        ok = (isinstance(record, dict) and record.get("key") == key and record.get("config") == model_config.to_dict()
+              and record.get("train_config") == dataclasses.asdict(train_config) and "final" in record)
+    except (OSError, ValueError):
+        ok = False
+    if not ok:
+        _note(f"{path} is damaged or belongs to another row; training it again")
+        return None
+    return record
+
+
+def _engine(record: dict):
+    from attention_jax.train import Engine   # imports JAX: only when a row trains or reopens
+    return Engine(ModelConfig(**record["config"]), TrainConfig(**record["train_config"]), n_seeds=len(record["seeds"]))
+
+
+def restore_state(record: dict, folder: pathlib.Path):
+    """(engine, state) of a finished row, from the checkpoint its training left in `folder`."""
+    from attention_jax.errors import CheckpointError
+    from attention_jax.train import Checkpoints
+    engine = _engine(record)
+    workdir = pathlib.Path(folder) / "runs" / record["key"]
+    if not (workdir / "checkpoints").is_dir():
+        raise CheckpointError(f"row {record['name']!r} has no checkpoint in {workdir}; rerun its table with "
+                              "--fresh to train it again")
+    ckpt = Checkpoints(workdir, engine.train_config.checkpoint_every, record["fingerprint"], resume=True)
+    try:
+        step, state = ckpt.restore(engine.abstract_state(record["seeds"]))
+    finally:
+        ckpt.close()
+    if step != record["steps"]:
+        raise CheckpointError(f"row {record['name']!r}: the checkpoint in {workdir} holds step {step}, not the "
+                              f"finished step {record['steps']}; rerun its table with --fresh")
+    return engine, engine.replicate(state)
+
+
+def load_model(record: dict, folder: pathlib.Path, *, seed: int = 0):
+    """A finished row's trained model (an NNX `LanguageModel`), reopened from its checkpoint."""
+    engine, state = restore_state(record, folder)
+    return engine.model(state, record["seeds"].index(seed))
+
+
+def train_row(name: str, model_config: ModelConfig, train_config: TrainConfig, task, *, preset: str, seeds,
+              folder: pathlib.Path, fresh: bool = False, progress: bool = True,
+              measures: Mapping[str, Measure] | None = None) -> dict:
+    """Train one row (or load it when already finished) and return its record.
+
+    `measures` maps a name to `measure(engine, state) -> dict`: a table's own figures
+    (e.g. perplexity at other lengths), kept in `record["measures"][name]`.
+    """
+    from attention_jax.train import Engine, fit
+    from attention_jax.inspect import count_params
+    measures = dict(measures or {})
+    key = row_key(name, model_config, train_config, preset, seeds, task.identity)
+    done_file = folder / "rows" / f"{key}.json"
+    record = None if fresh else _cached(done_file, key, model_config, train_config)
+    if record is not None:
+        missing = [m for m in measures if m not in record.get("measures", {})]
+        if missing:   # added to the table since the row was trained: measure its checkpoint
+            engine, state = restore_state(record, folder)
+            record["measures"].update({m: measures[m](engine, state) for m in missing})
+            _write(done_file, record)
+        record["cached"] = True
+        return record
+    engine = Engine(model_config, train_config, n_seeds=len(seeds))
+    result = fit(engine, task, seeds=seeds, workdir=folder / "runs" / key, resume=not fresh, progress=progress,
+                 desc=name)
+    record = {"name": name, "key": key, "params": count_params(model_config), "seeds": list(seeds),
+              "steps": result.steps, "seconds": result.seconds, "resumed_from": result.resumed_from,
+              "config": model_config.to_dict(), "train_config": dataclasses.asdict(train_config),
+              "fingerprint": {"model": model_config.to_dict(), "train": dataclasses.asdict(train_config),
+                              "seeds": list(seeds), **({"task": task.identity} if task.identity else {})},
+              "task": task.identity, "final": result.final, "history": result.history,
+              "train_log": _every(result.train_log, train_config.log_every),
+              "measures": {m: fn(engine, result.state) for m, fn in measures.items()}}
+    _write(done_file, record)
+    record["cached"] = False
+    return record
+
+
+def _every(log: list[dict], n: int) -> list[dict]:
+    """Step metrics averaged over each stretch of n steps (per seed), for the record."""
+    out = []
+    for i in range(0, len(log), n):
+        chunk = log[i:i + n]
+        point = {"step": chunk[-1]["step"]}
+        for k in chunk[0]:
+            if k != "step":
+                point[k] = np.mean([c[k] for c in chunk], axis=0).tolist()
+        point["lr"] = chunk[-1]["lr"]
+        out.append(point)
+    return out
+
+
+def _write(path: pathlib.Path, record: dict) -> None:
+    from attention_jax.harness import report
+    report.atomic_write(path, json.dumps(report._jsonable({k: v for k, v in record.items() if k != "cached"}),
+                                         indent=1))
+
+
+def summary(record: dict, figure: str) -> tuple[float, float, list[float]]:
+    """(mean, std, per-seed values) of a final figure of a row."""
+    values = np.asarray(record["final"][figure], np.float64)
+    return float(values.mean()), float(values.std(ddof=1) if len(values) > 1 else 0.0), values.tolist()
+
+
+def fmt(mean: float, std: float = 0.0) -> str:
     return f"{mean:.2f}" if not std else f"{mean:.2f} ± {std:.2f}"
-
-
-def seeds_from(n: int) -> list[int]:
-    if n < 1:
-        raise cli.ConfigError(f"--seeds {n}: train at least one seed")
-    return list(range(n))

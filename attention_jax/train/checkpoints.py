@@ -1,54 +1,113 @@
-"""orbax checkpoints of a run's state, fingerprinted so a run never resumes someone else's.
+"""orbax checkpoints of a run's state, fingerprinted and checksummed before they are trusted.
 
 The whole training state (parameters, optimizer moments, step count, RNG streams) is one
-pytree, so one orbax `CheckpointManager` save is a complete resume point. `run.json`
-beside it records the model and training configuration and the seeds; a resume whose
-request differs is refused with one line instead of silently training another model on.
+pytree, so one orbax `CheckpointManager` save is a complete resume point. Beside it:
+
+* `run.json`, the model and training configuration, task and seeds that made it: a resume
+  whose request differs is refused with one line instead of training another model on;
+* `checksums.json`, the sha256 of every saved state's bytes: a restored state must hash to
+  what was saved, so a flipped bit or an overwritten block is found, not trained on. A
+  damaged step falls back to the earlier one kept (two are kept), else to a fresh start,
+  and says which on stderr.
 """
 from __future__ import annotations
 
+import hashlib
 import json
 import pathlib
 import shutil
+import sys
 from typing import Any
 
+import jax
+import jax.numpy as jnp
+import numpy as np
 import orbax.checkpoint as ocp
 
 from attention_jax.errors import CheckpointError
 
+KEEP = 2   # the latest step and one to fall back to
+
+
+def state_digest(state) -> str:
+    """sha256 over every leaf's bytes (PRNG keys as their key data), in tree order."""
+    digest = hashlib.sha256()
+    for leaf in jax.tree.leaves(state):
+        if jnp.issubdtype(leaf.dtype, jax.dtypes.prng_key):
+            leaf = jax.random.key_data(leaf)
+        digest.update(np.ascontiguousarray(jax.device_get(leaf)).tobytes())
+    return digest.hexdigest()
+
+
+def _read_json(path: pathlib.Path):
+    """A JSON file's content, or None when it is missing or damaged (never an exception)."""
+    try:
+        return json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return None
+
+
+def _note(message: str) -> None:
+    print(f"note: {message}", file=sys.stderr, flush=True)
+
 
 class Checkpoints:
-    """orbax CheckpointManager plus a fingerprint, so a run never resumes someone else's state."""
+    """orbax CheckpointManager plus a fingerprint and checksums, so a run resumes only its own, intact state."""
 
     def __init__(self, workdir: pathlib.Path, every: int, fingerprint: dict, *, resume: bool):
         self.dir = workdir.absolute() / "checkpoints"
-        meta = workdir / "run.json"
-        if not resume and self.dir.exists():
-            shutil.rmtree(self.dir)
+        meta, self.sums_file = workdir / "run.json", workdir / "checksums.json"
+        self.known = resume and meta.exists()     # a fingerprint vouches for what the folder holds
         if resume and meta.exists() and self.dir.exists():
-            stored = json.loads(meta.read_text())
-            if stored != fingerprint:
+            stored = _read_json(meta)
+            if stored is None:
+                _note(f"{meta} is damaged: the checkpoint beside it cannot be vouched for; starting afresh")
+                resume = False
+            elif stored != fingerprint:
                 raise CheckpointError(f"the checkpoint in {self.dir} was made by another configuration; "
                                       "delete that folder or choose another --out")
+        if not resume and self.dir.exists():
+            shutil.rmtree(self.dir)
+            self.sums_file.unlink(missing_ok=True)
         workdir.mkdir(parents=True, exist_ok=True)
         meta.write_text(json.dumps(fingerprint, indent=1, sort_keys=True))
-        options = ocp.CheckpointManagerOptions(save_interval_steps=every, max_to_keep=1,
+        sums = _read_json(self.sums_file)
+        self.sums = {str(k): v for k, v in sums.items()} if isinstance(sums, dict) else {}
+        options = ocp.CheckpointManagerOptions(save_interval_steps=every, max_to_keep=KEEP,
                                                enable_async_checkpointing=False)
         self.manager = ocp.CheckpointManager(self.dir, options=options)
 
     def restore(self, abstract_state) -> tuple[int, Any]:
-        step = self.manager.latest_step()
-        if step is None:
-            return 0, None
-        try:
-            state = self.manager.restore(step, args=ocp.args.StandardRestore(abstract_state))
-        except Exception as e:  # orbax raises many kinds on a structure mismatch
-            raise CheckpointError(f"cannot restore {self.dir} (step {step}): it does not match this model "
-                                  f"({type(e).__name__}); delete that folder to start again") from None
-        return step, state
+        """(step, state) of the latest intact checkpoint, or (0, None) to start afresh."""
+        steps = sorted(self.manager.all_steps(), reverse=True)
+        for i, step in enumerate(steps):
+            try:
+                state = self.manager.restore(step, args=ocp.args.StandardRestore(abstract_state))
+                problem = None if state_digest(state) == self.sums.get(str(step)) else "its checksum does not match"
+            except Exception as e:  # orbax raises many kinds, on a structure mismatch as on damaged bytes
+                if not self.known:
+                    raise CheckpointError(f"cannot restore {self.dir} (step {step}): it does not match this model "
+                                          f"({type(e).__name__}); delete that folder to start again") from None
+                problem = f"it cannot be read ({type(e).__name__})"
+            if problem is None:
+                return step, state
+            earlier = f"falling back to step {steps[i + 1]}" if i + 1 < len(steps) else "starting afresh"
+            _note(f"checkpoint step {step} in {self.dir} is damaged: {problem}; {earlier}")
+        return 0, None
 
     def save(self, step: int, state, *, force: bool = False) -> None:
-        self.manager.save(step, args=ocp.args.StandardSave(state), force=force)
+        if self.manager.save(step, args=ocp.args.StandardSave(state), force=force):
+            self.sums = {k: v for k, v in self.sums.items() if int(k) in self.manager.all_steps()}
+            self.sums[str(step)] = state_digest(state)
+            tmp = self.sums_file.with_name(f".{self.sums_file.name}.{step}.tmp")
+            tmp.write_text(json.dumps(self.sums, indent=1))
+            tmp.replace(self.sums_file)
+
+    def should_save(self, step: int) -> bool:
+        return self.manager.should_save(step)
+
+    def latest_step(self) -> int | None:
+        return self.manager.latest_step()
 
     def close(self):
         self.manager.wait_until_finished()

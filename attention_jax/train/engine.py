@@ -1,12 +1,23 @@
 """The training engine every experiment uses: one jit-compiled step, written once.
 
 The model and its optimizer live as one `nnx.State` pytree and the step is a pure
-function `state, x, y -> state, loss` that merges, differentiates, updates and splits.
-Being pure, the same step runs for one seed or, under `jax.vmap`, for N seeds in one
-compiled program; the state is what orbax saves, so a resumed run continues bit for bit;
-and with several devices the batch axis is sharded over all of them.
+function `state, batch -> state, metrics` that merges, differentiates, updates and
+splits. Being pure, the same step runs for one seed or, under `jax.vmap`, for N seeds in
+one compiled program; the state is what orbax saves, so a resumed run continues bit for
+bit; and with several devices the batch axis is sharded over all of them.
+
+A batch is a dict of host arrays: `x` and `y` [B, T] token ids and, optionally,
+`weights` [B, T], how much each position's loss counts (the default: every position
+alike; the Winograd toy scores one token). What to sample lives with the task
+(`attention_jax.data`); the engine only places batches on devices.
+
+The step's metrics (loss, learning rate, global gradient norm, gradient norm per block)
+stay on; they cost a few reductions over the gradients (measured by
+`python -m experiments.throughput`).
 """
 from __future__ import annotations
+
+from typing import Callable
 
 import jax
 import jax.numpy as jnp
@@ -16,9 +27,9 @@ from flax import nnx
 from jax.sharding import NamedSharding, PartitionSpec as P
 
 from attention_jax.config import ModelConfig, TrainConfig
-from attention_jax.data import eval_windows, get_batch
+from attention_jax.data import eval_windows
 from attention_jax.errors import ConfigError
-from attention_jax.model import LanguageModel
+from attention_jax.model import LanguageModel, check_ids
 
 
 def lr_schedule(tc: TrainConfig) -> optax.Schedule | float:
@@ -36,15 +47,34 @@ def make_optimizer(tc: TrainConfig) -> optax.GradientTransformation:
 
 
 def cross_entropy(logits, targets):
+    """Per-position -log p(target), in float32 whatever the logits' dtype."""
     return optax.softmax_cross_entropy_with_integer_labels(logits.astype(jnp.float32), targets)
+
+
+def token_loss(logits, targets, weights=None):
+    """The default loss: mean cross-entropy over the positions, weighted when `weights` is given."""
+    ce = cross_entropy(logits, targets)
+    if weights is None:
+        return ce.mean()
+    return (ce * weights).sum() / jnp.maximum(weights.sum(), 1e-12)
+
+
+def block_grad_norms(grads, n_layers: int) -> jax.Array:
+    """[n_layers]: the global norm of each block's gradient (0 for a block without parameters)."""
+    blocks = grads["blocks"] if "blocks" in grads else {}
+    return jnp.stack([optax.tree.norm(blocks[i]) if i in blocks else jnp.zeros((), jnp.float32)
+                      for i in range(n_layers)])
 
 
 class Engine:
     """Compiled init / step / evaluation for one (model, training) configuration and N seeds."""
 
-    def __init__(self, model_config: ModelConfig, train_config: TrainConfig, *, n_seeds: int = 1):
-        self.model_config, self.train_config, self.n_seeds = model_config, train_config, n_seeds
+    def __init__(self, model_config: ModelConfig, train_config: TrainConfig, *, n_seeds: int = 1,
+                 loss: Callable = token_loss, step_metrics: bool = True):
+        self.model_config, self.train_config, self.n_seeds, self.loss = model_config, train_config, n_seeds, loss
+        self.step_metrics = step_metrics   # False: the step returns the loss alone (the benchmark's baseline)
         self.tx = make_optimizer(train_config)
+        self.schedule = lr_schedule(train_config)
         self.graphdef, _ = nnx.split(nnx.eval_shape(lambda: self._build(jax.random.key(0))))
         self.vmapped = n_seeds > 1
         over_seeds = (lambda f, **kw: jax.vmap(f, **kw)) if self.vmapped else (lambda f, **kw: f)
@@ -59,7 +89,8 @@ class Engine:
                               "devices; use a multiple of the device count")
         self._init = jax.jit(over_seeds(self._init_one))
         self._step = jax.jit(over_seeds(self._step_one), donate_argnums=0)
-        self._nll = jax.jit(over_seeds(self._nll_one, in_axes=(0, None, None)))
+        self._nll = jax.jit(over_seeds(self._nll_one, in_axes=(0, None, None, None)))
+        self._logits = jax.jit(over_seeds(self._logits_one, in_axes=(0, None)))
 
     # -- pure functions of the state ----------------------------------------------------
     def _build(self, key):
@@ -69,50 +100,90 @@ class Engine:
     def _init_one(self, key):
         return nnx.state(self._build(key))
 
-    def _step_one(self, state, x, y):
+    def _step_one(self, state, batch):
         model, opt = nnx.merge(self.graphdef, state)
-        loss, grads = nnx.value_and_grad(lambda m: cross_entropy(m(x), y).mean())(model)
+        lr = self.schedule(opt.step[...]) if callable(self.schedule) else jnp.asarray(self.schedule)
+        loss, grads = nnx.value_and_grad(lambda m: self.loss(m(batch["x"]), batch["y"], batch.get("weights")))(model)
         opt.update(model, grads)
-        return nnx.state((model, opt)), loss
+        if not self.step_metrics:
+            return nnx.state((model, opt)), {"loss": loss}
+        metrics = {"loss": loss, "lr": jnp.asarray(lr, jnp.float32), "grad_norm": optax.tree.norm(grads),
+                   "block_grad_norm": block_grad_norms(grads, self.model_config.n_layers)}
+        return nnx.state((model, opt)), metrics
 
-    def _nll_one(self, state, x, y):
+    def _nll_one(self, state, x, y, weights):
         model, _ = nnx.merge(self.graphdef, state)
         model.eval()                                   # dropout off
-        return cross_entropy(model(x), y).sum(axis=-1)  # per window
+        ce = cross_entropy(model(x), y)
+        if weights is None:
+            return ce.sum(axis=-1), jnp.full(ce.shape[:-1], ce.shape[-1], jnp.float32)
+        return (ce * weights).sum(axis=-1), weights.sum(axis=-1).astype(jnp.float32)   # per window
+
+    def _logits_one(self, state, x):
+        model, _ = nnx.merge(self.graphdef, state)
+        model.eval()
+        return model(x)
 
     # -- host-side API --------------------------------------------------------------------
+    def _keys(self, seeds):
+        return jax.vmap(jax.random.key)(jnp.asarray(seeds)) if self.vmapped else jax.random.key(seeds[0])
+
     def init(self, seeds) -> nnx.State:
-        keys = jax.vmap(jax.random.key)(jnp.asarray(seeds)) if self.vmapped else jax.random.key(seeds[0])
-        return self.replicate(self._init(keys))
+        return self.replicate(self._init(self._keys(seeds)))
 
     def abstract_state(self, seeds):
-        keys = jax.vmap(jax.random.key)(jnp.asarray(seeds)) if self.vmapped else jax.random.key(seeds[0])
-        return jax.eval_shape(self._init, keys)
+        return jax.eval_shape(self._init, self._keys(seeds))
 
-    def batch(self, tokens, seeds, step):
-        """The training batch of `step` for each seed: a function of (seed, step) only."""
-        tc, T = self.train_config, self.model_config.context
-        xs, ys = zip(*(get_batch(tokens, seed=s, step=step, batch_size=tc.batch_size, context=T) for s in seeds))
-        x, y = (np.stack(a) for a in (xs, ys)) if self.vmapped else (xs[0], ys[0])
-        return self._shard(x), self._shard(y)
+    def shard(self, batches: list[dict]) -> dict:
+        """Per-seed host batches -> one device batch: stacked over seeds when vmapped, split over devices."""
+        if len(batches) != self.n_seeds:
+            raise ValueError(f"{len(batches)} batches for {self.n_seeds} seed(s)")
+        keys = batches[0].keys()
+        host = {k: np.stack([b[k] for b in batches]) if self.vmapped else batches[0][k] for k in keys}
+        for k in ("x", "y"):   # on the host, where it costs nothing: the compiled step cannot raise
+            check_ids(host[k], self.model_config.vocab_size)
+        return {k: self._shard(v) for k, v in host.items()}
 
-    def step(self, state, x, y):
-        return self._step(state, x, y)
+    def step(self, state, batch: dict):
+        """One optimizer step: (new state, metrics dict of device arrays, one value per seed)."""
+        return self._step(state, batch)
+
+    def nll(self, state, x, y, weights=None) -> tuple[np.ndarray, np.ndarray]:
+        """Summed -log p over the given windows [W, T] and how many positions counted, per seed.
+
+        Perplexity is exp(sum / count); bits per character is sum / ln 2 / characters.
+        """
+        check_ids(x, self.model_config.vocab_size), check_ids(y, self.model_config.vocab_size)
+        b, n = self.train_config.eval_batch, len(x)
+        # Pad with repeated windows so every call has one shape (one compile); the copies'
+        # losses are dropped below.
+        rows = np.arange(n + (-n % b)) % n
+        xp, yp = x[rows], y[rows]
+        wp = None if weights is None else np.asarray(weights, np.float32)[rows]
+        total, count = 0.0, 0.0
+        for i in range(0, len(xp), b):
+            w = None if wp is None else jnp.asarray(wp[i:i + b])
+            s, c = (np.asarray(a, np.float64) for a in self._nll(state, jnp.asarray(xp[i:i + b]),
+                                                                  jnp.asarray(yp[i:i + b]), w))
+            keep = min(b, n - i)
+            total, count = total + s[..., :keep].sum(axis=-1), count + c[..., :keep].sum(axis=-1)
+        return np.atleast_1d(total), np.atleast_1d(count)
 
     def perplexity(self, state, tokens, *, context: int | None = None, max_windows: int | None = None) -> np.ndarray:
         """exp(mean token NLL) over non-overlapping windows of `tokens`; one value per seed."""
         x, y = eval_windows(tokens, context or self.model_config.context, max_windows=max_windows)
-        b = self.train_config.eval_batch
-        # Pad with repeated windows so every call has one shape (one compile); the copies'
-        # losses are dropped below.
-        rows = np.arange(len(x) + (-len(x) % b)) % len(x)
-        xp, yp = x[rows], y[rows]
-        total = 0.0
-        for i in range(0, len(xp), b):
-            nll = np.asarray(self._nll(state, jnp.asarray(xp[i:i + b]), jnp.asarray(yp[i:i + b])))
-            keep = min(b, len(x) - i)
-            total = total + nll[..., :keep].sum(axis=-1)
-        return np.atleast_1d(np.exp(total / x.size))
+        total, count = self.nll(state, x, y)
+        return np.exp(total / count)
+
+    def logits(self, state, x) -> jax.Array:
+        """The model's logits for windows x [W, T] (dropout off); [S, W, T, V] when vmapped."""
+        return self._logits(state, jnp.asarray(x))
+
+    def model(self, state, seed: int = 0) -> LanguageModel:
+        """A usable NNX model holding one seed's parameters (the i-th of a vmapped state)."""
+        one = unstack_seed(state, seed) if self.vmapped else state
+        model, _ = nnx.merge(self.graphdef, jax.device_get(one))
+        return model
 
     # -- devices ----------------------------------------------------------------------------
     def _shard(self, a):
@@ -128,4 +199,3 @@ class Engine:
 def unstack_seed(state, i: int):
     """The state of one seed out of a vmapped (stacked) state."""
     return jax.tree.map(lambda a: a[i], state)
-

@@ -1,13 +1,16 @@
 """The training loop around the engine: progress, metrics, checkpoints, resume, evaluation.
 
-`fit` trains one configuration for one or N seeds and returns train and held-out
-perplexity per seed. With a `workdir` it appends metrics as JSON lines, saves an orbax
-checkpoint every `checkpoint_every` steps, at the end and on Ctrl-C, and resumes from the
-latest one: the data order depends only on (seed, step) and the optimizer state, step
-count and RNG state are all inside the checkpointed pytree, so a resumed run ends with
-the same parameters as an uninterrupted one, bit for bit on CPU. With `eval_every` it
-also measures train and held-out perplexity along the way (`RunResult.history`), which
-survives a resume: the points before it are read back from the metrics file.
+`fit` trains one configuration on a `Task` for one or N seeds. With a `workdir` it appends
+every step's metrics (loss, learning rate, gradient norms) and every evaluation to
+`metrics.jsonl`, saves an orbax checkpoint every `checkpoint_every` steps, at the end and
+on Ctrl-C, and resumes from the latest intact one: batches depend only on (seed, step)
+and the optimizer state, step count and RNG state are all inside the checkpointed
+pytree, so a resumed run ends with the same parameters as an uninterrupted one, bit for
+bit on CPU. The evaluations and step metrics before a resume are read back from the
+metrics file, so the curves survive it too.
+
+A loss that stops being finite ends the run with one line (`TrainingDiverged`) before
+that state is saved: the last good checkpoint stays, and nothing is reported as finished.
 """
 from __future__ import annotations
 
@@ -17,62 +20,75 @@ import pathlib
 import time
 from typing import Any, Sequence
 
+import jax
 import numpy as np
 from tqdm.auto import tqdm
 
-from attention_jax.config import ModelConfig
+from attention_jax.errors import TrainingDiverged
 from attention_jax.train.checkpoints import Checkpoints
-from attention_jax.train.engine import Engine, TrainConfig
+from attention_jax.train.engine import Engine
+from attention_jax.train.tasks import Task
+
+STEP_METRICS = ("loss", "lr", "grad_norm", "block_grad_norm")
 
 
 @dataclasses.dataclass
 class RunResult:
     seeds: list[int]
-    train_ppl: list[float]
-    val_ppl: list[float]
+    final: dict[str, list[float]]   # the task's figures at the end, one value per seed
     steps: int
     seconds: float
     resumed_from: int
     state: Any = dataclasses.field(repr=False, default=None)
-    history: list[dict] = dataclasses.field(default_factory=list)  # {step, train_ppl, val_ppl} per eval
+    history: list[dict] = dataclasses.field(default_factory=list)   # {step, figure: [per seed]} per evaluation
+    train_log: list[dict] = dataclasses.field(default_factory=list)  # {step, metric: [per seed]} per step
 
-    def mean_std(self, field: str) -> tuple[float, float]:
-        values = np.asarray(getattr(self, field), dtype=np.float64)
+    def mean_std(self, figure: str) -> tuple[float, float]:
+        values = np.asarray(self.final[figure], dtype=np.float64)
         return float(values.mean()), float(values.std(ddof=1) if len(values) > 1 else 0.0)
 
 
-def fit(model_config: ModelConfig, train_config: TrainConfig, train_tokens: np.ndarray,
-        val_tokens: np.ndarray, *, seeds: Sequence[int] = (0,), workdir: str | pathlib.Path | None = None,
-        resume: bool = True, progress: bool = True, desc: str = "train",
-        engine: Engine | None = None) -> RunResult:
-    seeds = [int(s) for s in seeds]
-    tc = train_config
-    engine = engine or Engine(model_config, tc, n_seeds=len(seeds))
+def fit(engine: Engine, task: Task, *, seeds: Sequence[int] = (0,), workdir: str | pathlib.Path | None = None,
+        resume: bool = True, progress: bool = True, desc: str = "train") -> RunResult:
+    seeds, tc = [int(s) for s in seeds], engine.train_config
     workdir = pathlib.Path(workdir) if workdir is not None else None
     ckpt = None
     if workdir is not None:
-        fingerprint = {"model": model_config.to_dict(), "train": dataclasses.asdict(tc), "seeds": seeds}
+        fingerprint = {"model": engine.model_config.to_dict(), "train": dataclasses.asdict(tc), "seeds": seeds,
+                       **({"task": task.identity} if task.identity else {})}
         ckpt = Checkpoints(workdir, tc.checkpoint_every, fingerprint, resume=resume)
     start, state = ckpt.restore(engine.abstract_state(seeds)) if ckpt else (0, None)
-
-    metrics = workdir / "metrics.jsonl" if workdir is not None else None
-    if metrics is not None and not resume:
-        metrics.unlink(missing_ok=True)
+    metrics_file = workdir / "metrics.jsonl" if workdir is not None else None
+    if metrics_file is not None and start == 0:
+        metrics_file.unlink(missing_ok=True)      # a fresh start: the old run's lines are not ours
 
     def log(record):   # append-only JSON lines; opened per record so no handle outlives fit
-        if metrics is not None:
-            with metrics.open("a") as f:
+        if metrics_file is not None:
+            with metrics_file.open("a") as f:
                 f.write(json.dumps(record) + "\n")
 
     def evaluate(step):
-        point = {"step": step,
-                 "train_ppl": engine.perplexity(state, train_tokens, max_windows=tc.train_eval_windows).tolist(),
-                 "val_ppl": engine.perplexity(state, val_tokens).tolist()}
+        point = {"step": step, **{k: np.atleast_1d(v).tolist() for k, v in task.evaluate(engine, state).items()}}
+        bad = [k for k, v in point.items() if k != "step" and not np.all(np.isfinite(v))]
+        if bad:
+            raise TrainingDiverged(desc, step, f"{bad[0]} is {point[bad[0]]}", tc.lr)
         history[:] = [h for h in history if h["step"] != step] + [point]
         return point
 
+    pending = []      # step metrics still on the device: fetched together, so no step waits for the host
+
+    def flush():
+        for step, m in zip([s for s, _ in pending], jax.device_get([m for _, m in pending])):
+            record = {"step": step, **{k: np.asarray(v).tolist() for k, v in m.items()}}
+            if not np.all(np.isfinite(m["loss"])):
+                raise TrainingDiverged(desc, step, f"the loss is {record['loss']}", tc.lr,
+                                       kept=ckpt.latest_step() if ckpt else None)
+            train_log.append(record)
+            log(record)
+        pending.clear()
+
     state = engine.init(seeds) if state is None else engine.replicate(state)
-    history = _history_until(metrics, min(start, tc.steps - 1))
+    history, train_log = read_metrics(metrics_file, min(start, tc.steps - 1))
     due = lambda step: tc.eval_every and step % tc.eval_every == 0 and 0 < step < tc.steps
     if due(start) and start not in {h["step"] for h in history}:
         log(evaluate(start))     # interrupted between the step and its evaluation
@@ -80,13 +96,12 @@ def fit(model_config: ModelConfig, train_config: TrainConfig, train_tokens: np.n
     bar = tqdm(total=tc.steps, initial=start, desc=desc, disable=not progress, dynamic_ncols=True, leave=False)
     try:
         for step in range(start, tc.steps):
-            x, y = engine.batch(train_tokens, seeds, step)
-            state, loss = engine.step(state, x, y)
+            state, metrics = engine.step(state, engine.shard([task.sample(s, step) for s in seeds]))
             done = step + 1
-            if done % tc.log_every == 0 or done == tc.steps:
-                losses = np.atleast_1d(np.asarray(loss)).tolist()
-                bar.set_postfix(loss=f"{np.mean(losses):.3f}")
-                log({"step": done, "loss": losses})
+            pending.append((done, metrics))
+            if done % tc.log_every == 0 or done == tc.steps or (ckpt and ckpt.should_save(done)) or due(done):
+                flush()        # every saved or evaluated state has a finite loss behind it
+                bar.set_postfix(loss=f"{np.mean(train_log[-1]['loss']):.3f}")
             if due(done):
                 log(evaluate(done))
             if ckpt:
@@ -95,6 +110,7 @@ def fit(model_config: ModelConfig, train_config: TrainConfig, train_tokens: np.n
     except KeyboardInterrupt:
         if ckpt and done > start:
             try:
+                flush()
                 ckpt.save(done, state, force=True)   # keep what this run has finished
             except Exception:
                 pass                                 # the interrupted step may hold donated buffers
@@ -102,25 +118,34 @@ def fit(model_config: ModelConfig, train_config: TrainConfig, train_tokens: np.n
     finally:
         bar.close()
     seconds = time.perf_counter() - t0
+    final = evaluate(tc.steps)
     if ckpt:
-        if ckpt.manager.latest_step() != tc.steps:
+        if ckpt.latest_step() != tc.steps:
             ckpt.save(tc.steps, state, force=True)
         ckpt.close()
-    final = evaluate(tc.steps)
     log({**final, "seconds": seconds})
-    return RunResult(seeds, final["train_ppl"], final["val_ppl"], tc.steps, seconds, start, state, history)
+    return RunResult(seeds, {k: v for k, v in final.items() if k != "step"}, tc.steps, seconds, start, state,
+                     history, train_log)
 
 
-def _history_until(metrics: pathlib.Path | None, step: int) -> list[dict]:
-    """Evaluations a killed run logged up to its checkpoint `step` (the last one per step wins)."""
-    if metrics is None or step <= 0 or not metrics.exists():
-        return []
-    points = {}
-    for line in metrics.read_text().splitlines():
+def read_metrics(metrics_file: pathlib.Path | None, step: int) -> tuple[list[dict], list[dict]]:
+    """(evaluations, step metrics) a killed run logged up to its checkpoint `step`; the last line per step wins.
+
+    Lines that a kill cut short, or that are damaged, are skipped: those steps are redone.
+    """
+    if metrics_file is None or step <= 0 or not metrics_file.exists():
+        return [], []
+    evals, steps = {}, {}
+    for line in metrics_file.read_text(encoding="utf-8", errors="replace").splitlines():
         try:
             r = json.loads(line)
-        except json.JSONDecodeError:   # a line cut short by the kill
+            at = r["step"]
+        except (ValueError, TypeError, KeyError):
             continue
-        if "val_ppl" in r and "train_ppl" in r and r["step"] <= step:
-            points[r["step"]] = {k: r[k] for k in ("step", "train_ppl", "val_ppl")}
-    return [points[k] for k in sorted(points)]
+        if not isinstance(at, int) or not 0 < at <= step:
+            continue
+        if all(k in r for k in STEP_METRICS):
+            steps[at] = {k: r[k] for k in ("step", *STEP_METRICS)}
+        elif "seconds" not in r:
+            evals[at] = r
+    return [evals[k] for k in sorted(evals)], [steps[k] for k in sorted(steps)]

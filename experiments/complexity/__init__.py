@@ -13,9 +13,23 @@ import time
 
 import numpy as np
 
-from attention_jax.harness import cli, report
 from attention_jax.errors import ConfigError
-from experiments.complexity.measure import VARIANTS, matrix_bytes, run_child
+from attention_jax.harness import cli, report
+from attention_jax.harness.experiment import Experiment, Result
+
+D_MODEL, N_HEADS = 512, 8
+VARIANTS = ("naive", "naive_bwd", "memeff", "memeff_bwd")
+
+
+def matrix_bytes(n: int) -> int:
+    """The scores, one n×n float32 matrix per head (the softmax output is a second one)."""
+    return N_HEADS * n * n * 4
+
+
+def run_child(n: int, variant: str, **kw) -> dict:
+    """One row, measured in a process of its own (experiments.complexity.measure)."""
+    from experiments.complexity.measure import run_child as child   # imports JAX: after --help
+    return child(n, variant, **kw)
 
 NAME, MIB = "complexity", 2 ** 20
 # repeats: timed calls per row (median), one from one_repeat_from on (seconds a call). The memory-
@@ -110,9 +124,9 @@ def check_claims(results: dict, fits: dict, top: int) -> list[dict]:
     return claims
 
 
-def figure(results: dict):
-    import matplotlib.pyplot as plt
-    fig, (ax_t, ax_m) = plt.subplots(1, 2, figsize=(12, 4.5))
+def figure(results: dict, preset: str):
+    fig, (ax_t, ax_m) = report.figure(ncols=2, size=(12, 4.8))
+    fig.suptitle(f"one attention layer (width {D_MODEL}, {N_HEADS} heads, batch 1, float32), {preset} preset")
     for variant, rows in results.items():
         ran = [r for r in rows if r.get("ms") is not None and r["peak_mb"]]
         est = [r for r in rows if r.get("ms") is None and r.get("estimate_bytes")]
@@ -128,13 +142,13 @@ def figure(results: dict):
     return fig
 
 
-def run(args) -> dict:
-    preset, p = cli.choose_preset(args.preset, PRESETS)
+def run(ctx) -> Result:
+    args, p = ctx.args, ctx.settings
     if args.max_tokens is not None and args.max_tokens < 128:
         raise ConfigError(f"--max-tokens {args.max_tokens} is below the first row (128 tokens); raise it")
     p = dict(p, chunk_size=args.chunk_size or p["chunk_size"])
     budget, started = args.memory_budget_mb and args.memory_budget_mb * MIB, time.perf_counter()
-    variants, folder = cli.choose_names(args.variants, list(VARIANTS), "variant"), report.results_dir(args.out, NAME)
+    variants, folder = cli.choose_names(args.variants, list(VARIANTS), "variant"), ctx.folder
     tables, fits = tabulate(results := measure_all(p, variants, args.max_tokens, budget, folder / "partial.jsonl"))
     gpu = any(r.get("device_peak_bytes") for rows in results.values() for r in rows)
     notes = (f"ms: median of timed calls after compiling (one if n >= {p['one_repeat_from']:,} or a call takes "
@@ -143,26 +157,20 @@ def run(args) -> dict:
              "process's resident-memory growth in the calls (counts what the plan leaves out)") + ". out of memory: "
              "not run, estimated from the plan, the n² floor and the row above.")
     claims = check_claims(results, fits, min(p["max_n"]["memeff"], args.max_tokens or math.inf))
-    print("".join(f"\n{title}\n{text}\n" for title, text in tables.items()) + f"\n{notes}\n\n"
-          + report.format_claims(claims))
-    report.save_figure(figure(results), folder / "complexity.png")
-    seconds = time.perf_counter() - started
-    report.write_results(args.out, NAME, rows=[r for rows in results.values() for r in rows], claims=claims,
-                         tables=tables | {"Notes": notes}, preset=preset, extra={"exponents": fits, "seconds": seconds},
-                         config=dict(p, max_tokens=args.max_tokens, budget_bytes=budget, d_model=512, n_heads=8))
     (folder / "partial.jsonl").unlink(missing_ok=True)    # complete: the next run measures afresh
-    print(f"\nwrote {folder} in {seconds:.0f} s")
-    return {"results": results, "claims": claims, "exponents": fits, "preset": preset}
+    return Result(rows=[r for rows in results.values() for r in rows], claims=claims, tables=tables | {"Notes": notes},
+                  figures={"complexity.png": figure(results, ctx.preset)},
+                  config=dict(p, max_tokens=args.max_tokens, budget_bytes=budget, d_model=D_MODEL, n_heads=N_HEADS),
+                  extra={"exponents": fits, "seconds": time.perf_counter() - started, "results": results})
 
 
-def _main(argv=None):
-    parser = cli.parser(NAME, __doc__.splitlines()[0], PRESETS)
-    parser.add_argument("--max-tokens", type=int, help="largest n to measure (caps every variant)")
-    parser.add_argument("--chunk-size", type=int, help="block size of the memory-efficient attention")
-    parser.add_argument("--memory-budget-mb", type=int, help="treat this many MB as free instead of asking")
+def flags(parser):
+    parser.add_argument("--max-tokens", type=cli.positive_int, help="largest n to measure (caps every variant)")
+    parser.add_argument("--chunk-size", type=cli.positive_int, help="block size of the memory-efficient attention")
+    parser.add_argument("--memory-budget-mb", type=cli.positive_int,
+                        help="treat this many MB as free instead of asking")
     parser.add_argument("--variants", help=f"a comma-separated subset of {','.join(VARIANTS)} (default: all)")
-    return run(parser.parse_args(argv))
 
 
-main = cli.main(_main)
-
+EXPERIMENT = Experiment(NAME, __doc__, PRESETS, run, flags=flags)
+main = EXPERIMENT.main

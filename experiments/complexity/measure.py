@@ -30,13 +30,7 @@ from attention_jax.model import MultiHeadAttention
 # JAX reserves 75% of an accelerator's memory in the first process that touches it; the
 # parent and each child (which inherits this) must take only what they use.
 os.environ.setdefault("XLA_PYTHON_CLIENT_PREALLOCATE", "false")
-D_MODEL, N_HEADS = 512, 8
-VARIANTS = ("naive", "naive_bwd", "memeff", "memeff_bwd")
-
-
-def matrix_bytes(n: int) -> int:
-    """The scores, one n×n float32 matrix per head (the softmax output is a second one)."""
-    return N_HEADS * n * n * 4
+from experiments.complexity import D_MODEL, N_HEADS, VARIANTS, matrix_bytes  # noqa: E402,F401
 
 
 def layer_functions(chunk_size: int = 512) -> tuple[object, dict]:

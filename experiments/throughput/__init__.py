@@ -21,8 +21,9 @@ import sysconfig
 
 import numpy as np
 
-from attention_jax.errors import ConfigError
+from attention_jax.errors import ConfigError, UserError
 from attention_jax.harness import cli, report
+from attention_jax.harness.experiment import Experiment, Result
 from experiments.configs import ONE_BLOCK
 from experiments.throughput.worker import CONTEXT, MALLOPT_ENV, take_turns
 
@@ -66,11 +67,15 @@ def cpu_devices(batch: int) -> int:
     return max(n for n in range(1, min(cores, batch // 32) + 1) if batch % n == 0) if batch >= 32 else 1
 
 
-def contestants(p: dict, allocator: str, torch: bool, one_device: bool) -> dict[str, tuple[list[str], dict, str]]:
+def contestants(p: dict, allocator: str, torch: bool, one_device: bool,
+                loss_only: bool = False) -> dict[str, tuple[list[str], dict, str]]:
     """name -> (worker arguments, extra environment, allocator in words)."""
     found = {**allocators(), "system": ({}, "glibc, default")}
     env, words = found[next(iter(found)) if allocator == "auto" else allocator]
-    rows = {"ours": (["jax", "--devices", str(cpu_devices(p["batch"]))], env, words)}
+    devices = str(cpu_devices(p["batch"]))
+    rows = {"ours": (["jax", "--devices", devices], env, words)}
+    if loss_only:   # the same step without its metrics (grad norms per block, lr): what they cost
+        rows["ours, loss only"] = (["jax", "--devices", devices, "--loss-only"], env, words)
     if one_device:
         rows["ours, 1 device"] = (["jax", "--devices", "1"], env, words)
     if torch:   # as its users run it, then with each allocator we could have used
@@ -79,20 +84,27 @@ def contestants(p: dict, allocator: str, torch: bool, one_device: bool) -> dict[
     return rows
 
 
-def _main(argv=None):
-    parser = cli.parser(NAME, __doc__.splitlines()[0], PRESETS)
-    parser.add_argument("--json", action="store_true", help="print one JSON line with the numbers, last")
+def flags(parser):
+    parser.add_argument("--json", action="store_true", help="also print one JSON line with the numbers")
     parser.add_argument("--no-torch", action="store_true", help="time ours only")
-    parser.add_argument("--rounds", type=int, default=None, help="turns per contestant (preset's default)")
+    parser.add_argument("--rounds", type=cli.positive_int, default=None, help="turns per contestant (preset's default)")
     parser.add_argument("--allocator", default="auto", help="ours': auto (best found), mimalloc, jemalloc, "
                         "mallopt (glibc tuned in-process) or system (glibc as is)")
-    args = parser.parse_args(argv)
+
+
+def run(ctx) -> Result:
+    import importlib.util
+
+    from attention_jax.harness.platform import accelerator
+    from attention_jax.inspect import param_breakdown   # imports JAX: after --help
+    args = ctx.args
+    if not args.no_torch and importlib.util.find_spec("torch") is None:
+        raise UserError("the reference contestant is PyTorch, which is not installed: install the test extra "
+                        "(pip install -e '.[test]'), or pass --no-torch to time ours alone")
     worker_env = dict(os.environ)
     # This process only looks for an accelerator; on a GPU it must not reserve its memory.
     os.environ.setdefault("XLA_PYTHON_CLIENT_PREALLOCATE", "false")
-    preset, p = cli.choose_preset(args.preset, PRESETS)
-    p = {**p, **({"rounds": args.rounds} if args.rounds else {})}
-    from attention_jax.inspect import param_breakdown   # imports JAX: after --help
+    p = {**ctx.settings, **({"rounds": args.rounds} if args.rounds else {})}
     cfg = ONE_BLOCK
     n_params = sum(n for part, n in param_breakdown(cfg).items() if part not in ("token_embed", "position_embed"))
     tokens = p["batch"] * CONTEXT
@@ -100,7 +112,8 @@ def _main(argv=None):
     if args.allocator not in ("auto", "system", *allocators()):
         raise ConfigError(f"--allocator {args.allocator}: not available here; choose auto, system or one "
                           f"found: {', '.join(allocators())}")
-    rows = contestants(p, args.allocator, torch=not args.no_torch, one_device=cli.accelerator() is None)
+    on_cpu = accelerator() is None
+    rows = contestants(p, args.allocator, torch=not args.no_torch, one_device=on_cpu, loss_only=True)
     got = take_turns(rows, p, worker_env)
     peak = got["ours"]["peak_flops"]
     ours_ms = 1e3 * float(np.median(got["ours"]["times"]))
@@ -114,12 +127,13 @@ def _main(argv=None):
     columns = [("name", "contestant", ""), ("allocator", "allocator", ""), ("parallel", "parallel", ""),
                ("ms", "ms/step (median)", ".1f"), ("p25", "p25", ".1f"), ("p75", "p75", ".1f"),
                ("tokens_per_s", "tokens/s", ",.0f"), ("mfu", "MFU", ".2f"), ("vs_ours", "ms / ours", ".2f")]
-    table = report.format_table(columns, records)
     summary = dict(ms_per_step=ours_ms, tokens_per_s=by["ours"]["tokens_per_s"], mfu=by["ours"]["mfu"],
                    backend=by["ours"]["backend"], devices=got["ours"]["devices"], allocator=rows["ours"][2],
                    mallopt=got["ours"]["mallopt"], allocators_found=list(allocators()),
                    flops_per_step=flops, flops_per_s=flops / ours_ms * 1e3, peak_flops=peak, batch=p["batch"])
-    claims = []   # none without torch
+    if "ours, loss only" in by:   # what the step's metrics (grad norms per block, lr) cost
+        summary["metrics_cost"] = ours_ms / by["ours, loss only"]["ms"] - 1
+    claims = []
     if "torch" in by:
         torch_refs = {n: r["ms"] for n, r in by.items() if n.startswith("torch")}
         best = min(torch_refs, key=torch_refs.get)
@@ -127,18 +141,20 @@ def _main(argv=None):
                        torch_best=best, torch_best_ms_per_step=torch_refs[best],
                        ratio_best=ours_ms / torch_refs[best])
         claims = [report.claim(CLAIM, ours_ms < by["torch"]["ms"], f"{ours_ms:.1f} vs {by['torch']['ms']:.1f} "
-                               f"ms/step (ratio {summary['ratio']:.2f})"),
+                               f"ms/step (ratio {summary['ratio']:.2f})", by["torch"]["ms"] - ours_ms),
                   report.claim("JAX step faster than the fastest PyTorch allocator setup tried",
                                ours_ms < torch_refs[best], f"{ours_ms:.1f} vs {torch_refs[best]:.1f} ms/step, "
-                               f"{best} (ratio {summary['ratio_best']:.2f})")]
+                               f"{best} (ratio {summary['ratio_best']:.2f})", torch_refs[best] - ours_ms)]
+    else:
+        print("torch not timed (--no-torch): ours alone, no comparison")
     print(f"{tokens:,} tokens/step, {flops / 1e9:.2f} GFLOP/step (6·{n_params:,} + 12·L·T·d per token), "
-          f"matmul peak {peak / 1e9:.0f} GFLOP/s\n\n{table}\n\n{report.format_claims(claims)}")
-    folder = report.write_results(args.out, NAME, rows=records, claims=claims, tables={"Training step": table},
-                                  preset=preset, config={**p, "model": cfg.to_dict()}, extra={"summary": summary})
-    print(f"wrote {folder}/table.md, results.json")
+          f"matmul peak {peak / 1e9:.0f} GFLOP/s"
+          + (f"; the step's metrics cost {100 * summary['metrics_cost']:+.1f}%" if "metrics_cost" in summary else ""))
     if args.json:
         print(json.dumps(summary))
+    return Result(rows=records, claims=claims, tables={"Training step": report.format_table(columns, records)},
+                  config={**p, "model": cfg.to_dict()}, extra={"summary": summary})
 
 
-main = cli.main(_main)
-
+EXPERIMENT = Experiment(NAME, __doc__, PRESETS, run, flags=flags)
+main = EXPERIMENT.main

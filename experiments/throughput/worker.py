@@ -30,7 +30,7 @@ import numpy as np  # noqa: E402
 VOCAB, CONTEXT = 1024, 128   # the ladder's "layer_norm" row; checked against its config below
 
 
-def jax_contestant(batch: int, devices: int):
+def jax_contestant(batch: int, devices: int, loss_only: bool = False):
     import jax
     if devices:
         jax.config.update("jax_num_cpu_devices", devices)   # before the backend starts
@@ -38,15 +38,18 @@ def jax_contestant(batch: int, devices: int):
     from attention_jax.train import Engine, TrainConfig
     from experiments.configs import ONE_BLOCK as cfg
     assert (cfg.vocab_size, cfg.context) == (VOCAB, CONTEXT)
-    engine = Engine(cfg, TrainConfig(batch_size=batch))   # AdamW, lr 1e-3: the ladder's step
+    from attention_jax.data import get_batch
+    # AdamW, lr 1e-3: the ladder's step, with its metrics (loss, lr, gradient norms) or the loss only
+    engine = Engine(cfg, TrainConfig(batch_size=batch), step_metrics=not loss_only)
     state = engine.init([0])
     tokens = np.random.default_rng(0).integers(0, VOCAB, 200_000).astype(np.int32)
-    batches = [engine.batch(tokens, [0], s) for s in range(4)]
+    batches = [engine.shard([dict(zip(("x", "y"), get_batch(tokens, seed=0, step=s, batch_size=batch,
+                                                            context=CONTEXT)))]) for s in range(4)]
 
     def step(i):
         nonlocal state
-        state, loss = engine.step(state, *batches[i % 4])
-        loss.block_until_ready()
+        state, metrics = engine.step(state, batches[i % 4])
+        jax.block_until_ready(metrics)
 
     def peak():
         a = jnp.ones((2048, 2048), jnp.float32)
@@ -69,9 +72,10 @@ def main(argv=None):
     p.add_argument("--batch", type=int, required=True)
     p.add_argument("--warmup", type=int, default=3)
     p.add_argument("--devices", type=int, default=0, help="JAX CPU devices (0: JAX's default)")
+    p.add_argument("--loss-only", action="store_true", help="a step that returns the loss alone")
     args = p.parse_args(argv)
     if args.kind == "jax":
-        step, peak, info = jax_contestant(args.batch, args.devices)
+        step, peak, info = jax_contestant(args.batch, args.devices, args.loss_only)
     else:
         from attention_jax.torch_ref import torch_contestant
         from experiments.configs import ONE_BLOCK

@@ -1,0 +1,119 @@
+"""One experiment shape: declare a name, presets and flags, write `run(ctx) -> Result`.
+
+    EXPERIMENT = Experiment("ladder", __doc__, PRESETS, run, rows=[...])   # a training table
+    main = EXPERIMENT.main                       # python -m experiments.ladder [flags]
+    result = EXPERIMENT(preset="smoke")          # a notebook: the same run, flags as keywords
+
+Both ways parse the same flags, check `--out` is writable before any work, run the same
+`run`, then print the tables and claims and write `results/<name>/` (table.md,
+results.json, the figures as PNG). The command line turns a user error into one line and
+exit status 2 and Ctrl-C into exit status 130; a notebook gets the exception. Figures are
+matplotlib `Figure` objects made without pyplot, so nothing switches a backend: they show
+inline in a notebook and are saved as files everywhere.
+"""
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import pathlib
+from typing import Any, Callable, Mapping, Sequence
+
+from attention_jax.errors import ConfigError, UserError
+from attention_jax.harness import cli, report
+from attention_jax.harness.platform import apply_mallopt
+
+
+@dataclasses.dataclass
+class Context:
+    """What a run is asked to do: the parsed flags, the preset and its settings, the results folder."""
+    args: argparse.Namespace
+    name: str
+    preset: str
+    settings: Any                 # the preset's value (a TrainConfig for training tables, with overrides)
+    folder: pathlib.Path          # <out>/<name>/, known to be writable
+    rows: list[str] = dataclasses.field(default_factory=list)   # training tables: the chosen rows
+
+    @property
+    def progress(self) -> bool:
+        return not getattr(self.args, "no_progress", False)
+
+
+@dataclasses.dataclass
+class Result:
+    """What a run found: rows of figures, the chapter's claims as checked, tables and figures."""
+    rows: list[dict]
+    claims: list[dict]
+    tables: dict[str, str]
+    figures: dict[str, Any] = dataclasses.field(default_factory=dict)   # file name -> matplotlib Figure
+    config: dict = dataclasses.field(default_factory=dict)
+    extra: dict = dataclasses.field(default_factory=dict)
+    name: str = ""
+    preset: str = ""
+    folder: pathlib.Path | None = None
+
+    def markdown(self) -> str:
+        return report.markdown(self.name, self.preset, self.tables, self.claims)
+
+    def _repr_markdown_(self) -> str:   # a notebook shows the tables and claims
+        return self.markdown()
+
+    @property
+    def passed(self) -> bool:
+        return all(c["passed"] for c in self.claims)
+
+
+@dataclasses.dataclass(frozen=True)
+class Experiment:
+    name: str
+    description: str
+    presets: Mapping[str, Any]
+    run: Callable[[Context], Result]
+    flags: Callable[[argparse.ArgumentParser], None] | None = None
+    rows: Sequence[str] | None = None        # a training table: --rows and the shared training flags
+
+    def parser(self) -> argparse.ArgumentParser:
+        p = cli.parser(self.name, self.description.strip().splitlines()[0], self.presets)
+        if self.rows is not None:
+            cli.add_training_args(p, self.rows)
+        if self.flags is not None:
+            self.flags(p)
+        return p
+
+    def context(self, args: argparse.Namespace) -> Context:
+        preset, settings = cli.choose_preset(args.preset, self.presets)
+        folder = cli.results_folder(args.out, self.name)
+        chosen = []
+        if self.rows is not None:
+            from attention_jax.harness.rows import with_overrides
+            chosen = cli.choose_names(args.rows, list(self.rows))
+            settings = with_overrides(settings, args)
+        return Context(args, self.name, preset, settings, folder, chosen)
+
+    def execute(self, args: argparse.Namespace) -> Result:
+        ctx = self.context(args)
+        result = self.run(ctx)
+        result.name, result.preset = self.name, ctx.preset
+        result.folder = report.publish(ctx.folder, result)
+        return result
+
+    def __call__(self, **options) -> Result:
+        """Run as a notebook does: `EXPERIMENT(preset="smoke", seeds=3)`; flags by their dest names."""
+        p = self.parser()
+        args = p.parse_args([])
+        unknown = sorted(set(options) - set(vars(args)))
+        if unknown:
+            raise ConfigError(f"{self.name} has no option {', '.join(unknown)}; "
+                              f"choose from: {', '.join(sorted(vars(args)))}")
+        for key, value in options.items():
+            setattr(args, key, value)
+        return self.execute(args)
+
+    def main(self, argv: list[str] | None = None) -> int:
+        """The command line: run, print, save; one line and exit 2 for a user error, 130 for Ctrl-C."""
+        if argv is None:   # a command-line run (tests pass argv): keep XLA's scratch memory
+            apply_mallopt()
+        try:
+            self.execute(self.parser().parse_args(argv))
+        except (UserError, KeyboardInterrupt) as e:
+            return cli.report_error(e)
+        return 0
