@@ -103,7 +103,8 @@ def run(ctx) -> Result:
         "the averaging matrix has rows summing to 1 and a zero upper triangle",
         m["row_sum"] < ROUNDING and m["upper"] == 0,
         f"max |row sum - 1| = {m['row_sum']:.3g}, max |upper| = {m['upper']:.3g} (T = {T})"))
-    return Result(rows=rows, claims=claims, config=p,
+    book = [report.book(f"max |diff|: {r['comparison']}", r["book"], r["diff"], ".3g") for r in rows if r["book"]]
+    return Result(rows=rows, claims=claims, config=p, book=book,
                   tables={"Same average, four ways": table, "The 6×6 averaging matrix": matrix},
                   extra={"averaging_matrix_6x6": small})
 

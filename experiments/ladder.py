@@ -95,8 +95,11 @@ def run(ctx) -> Result:
     if any(len(r["history"]) > 1 for r in records):
         figures["curves.png"] = curves(records, ("val_ppl", "train_ppl"),
                                        ("held-out (val) perplexity", "train perplexity"), title)
+    book = [report.book(f"{r['name']}: val perplexity", r["book"], r["val"]) for r in records if r["book"]]
+    book += [report.book(f"{r['name']}: train perplexity", r["book_train_ppl"], r["train"]) for r in records
+             if r["book_train_ppl"]]
     return Result(rows=records, claims=report.claims_across_seeds(claims, {r["name"]: r for r in records},
-                                                                  len(table.seeds)),
+                                                                  len(table.seeds)), book=book,
                   tables={"ladder": report.format_table(columns, records)}, figures=figures,
                   config={"train": dataclasses.asdict(tc), "seeds": table.seeds, "base": LADDER_BASE.to_dict(),
                           "data": table.describe()})

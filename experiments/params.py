@@ -121,7 +121,9 @@ def run(ctx) -> Result:
                      abs((core + embeddings) / g["reported"] - 1) < 0.01,
                      f"{core / 1e9:.1f} B + {embeddings / 1e9:.2f} B = {(core + embeddings) / 1e9:.1f} B"),
     ]
-    return Result(rows=models, claims=claims,
+    book = [report.book(f"parameters: {r['model']}", r["book"], r["framework"], ",d") for r in models if r["book"]]
+    book += [report.book("GPT-3 by 12·L·d² (+ embeddings)", "175 B (reported)", f"{(core + embeddings) / 1e9:.1f} B")]
+    return Result(rows=models, claims=claims, book=book,
                   config={**p, "ladder": {r.name: r.config.to_dict() for r in LADDER},
                           "tiny_gpt": TINY_GPT.to_dict(), "gpt2_small": GPT2_SMALL.to_dict(),
                           "gpt3": dataclasses.asdict(gpt3_cfg)},

@@ -75,7 +75,8 @@ def run(ctx) -> Result:
     print(f"batch {B}, {T} tokens, d_model {D}, {H} heads, causal mask, float32, torch {torch.__version__}")
     claims = [report.claim(f"{r['comparison']}: max |diff| < {TOLERANCE:g}", r["diff"] < TOLERANCE,
                            f"{r['diff']:.3g} at mean magnitude {r['magnitude']:.3f}") for r in rows]
-    return Result(rows=rows, claims=claims, tables={"Parity with PyTorch": table},
+    book = [report.book(f"max |diff|: {r['comparison']}", r["book"], r["diff"], ".3g") for r in rows if r["book"]]
+    return Result(rows=rows, claims=claims, tables={"Parity with PyTorch": table}, book=book,
                   config={**p, "model": config.to_dict(), "torch": torch.__version__})
 
 

@@ -105,7 +105,9 @@ def run(ctx) -> Result:
     tc = ctx.settings
     title = (f"positions, {ctx.preset} preset: trained on {TRAIN_LENGTH} tokens, {tc.steps} steps x batch "
              f"{tc.batch_size}, {len(table.seeds)} seed(s)")
-    return Result(rows=records,
+    book = [report.book(f"alibi: held-out perplexity @{L}", BOOK["alibi"][L], r[f"ppl_{L}"])
+            for r in records if r["name"] == "alibi" and table.book for L in (LENGTHS[0], LENGTHS[-1])]
+    return Result(rows=records, book=book,
                   claims=report.claims_across_seeds(claims, {r["name"]: r for r in records}, len(table.seeds)),
                   tables={"Trained on 64 tokens, read on longer windows": report.format_table(columns, records)},
                   figures={"positions.png": figure(records, title)},

@@ -142,7 +142,10 @@ def run(ctx) -> Result:
         report.claim("jax.jacobian of the softmax equals diag(w) − w wᵀ (< 1e-6)", jac_err < 1e-6,
                      f"max |diff| = {jac_err:.2g}"),
     ]
-    return Result(rows=rows, claims=claims, config=p, figures=figures(rows, ctx.preset),
+    book = [report.book(f"Var(q·k) at d = {r['d']}", r["book_var"], r["var"], ".3f") for r in rows]
+    book += [report.book("frozen rows at d_k = 1024, unscaled", "≈70%", f"{by_d[1024]['unscaled_frozen']:.1%}"),
+             report.book("Jacobian trace, scaled", "≈0.96", ", ".join(f"{r['scaled_trace']:.3f}" for r in rows))]
+    return Result(rows=rows, claims=claims, config=p, figures=figures(rows, ctx.preset), book=book,
                   tables={f"Var(q·k) vs d, over {p['pairs']:,} random pairs": var_table,
                           f"One row of {p['keys']} scores, with and without ÷√d_k": one_table,
                           f"Softmax Jacobian over {p['rows']:,} rows of {p['keys']} scores (book: frozen ≈70% "

@@ -47,6 +47,7 @@ class Result:
     figures: dict[str, Any] = dataclasses.field(default_factory=dict)   # file name -> matplotlib Figure
     config: dict = dataclasses.field(default_factory=dict)
     extra: dict = dataclasses.field(default_factory=dict)
+    book: list[dict] = dataclasses.field(default_factory=list)   # report.book(...): the book's figures beside ours
     name: str = ""
     preset: str = ""
     folder: pathlib.Path | None = None

@@ -34,8 +34,9 @@ def _cell(value: Any, fmt: str) -> str:
 def format_table(columns: Sequence[Column], rows: Iterable[dict]) -> str:
     """A Markdown pipe table; numbers right-aligned so it also reads well on a terminal."""
     rows = list(rows)
-    cells = [[_cell(r.get(key), fmt) for key, _, fmt in columns] for r in rows]
-    headers = [h for _, h, _ in columns]
+    escape = lambda text: text.replace("|", "\\|")          # a "|" inside a cell would split it
+    cells = [[escape(_cell(r.get(key), fmt)) for key, _, fmt in columns] for r in rows]
+    headers = [escape(h) for _, h, _ in columns]
     widths = [max([len(h)] + [len(c[i]) for c in cells]) for i, h in enumerate(headers)]
     line = lambda items: "| " + " | ".join(s.rjust(w) for s, w in zip(items, widths)) + " |"
     sep = "|" + "|".join("-" * (w + 1) + ":" for w in widths) + "|"
@@ -52,6 +53,12 @@ def claim(text: str, passed: bool, measured: str, margin: float | None = None) -
     if margin is not None:
         out["margin"] = float(margin)
     return out
+
+
+def book(what: str, book_figure, ours, fmt: str = ".2f") -> dict:
+    """One line of the summary "the book's figure beside ours" (experiments.all puts them in REPORT.md)."""
+    show = lambda v: v if isinstance(v, str) else format(v, fmt)
+    return {"what": what, "book": show(book_figure), "ours": show(ours)}
 
 
 def seed_view(record: dict, i: int) -> dict:
@@ -165,7 +172,7 @@ def publish(folder: pathlib.Path, result) -> pathlib.Path:
         print(SMOKE_NOTE)
     write_results(folder, result.name, rows=result.rows, claims=result.claims, tables=result.tables,
                   preset=result.preset, config=result.config,
-                  extra={**result.extra, "figures": sorted(result.figures)})
+                  extra={**result.extra, "figures": sorted(result.figures), "book": result.book})
     for file_name, fig in result.figures.items():
         save_figure(fig, folder / file_name)
     print(f"\nwrote {folder}")

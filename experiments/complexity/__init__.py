@@ -158,7 +158,10 @@ def run(ctx) -> Result:
              "not run, estimated from the plan, the n² floor and the row above.")
     claims = check_claims(results, fits, min(p["max_n"]["memeff"], args.max_tokens or math.inf))
     (folder / "partial.jsonl").unlink(missing_ok=True)    # complete: the next run measures afresh
-    return Result(rows=[r for rows in results.values() for r in rows], claims=claims, tables=tables | {"Notes": notes},
+    book = [report.book(f"naive attention: {what} exponent", f"n^{b}", f"n^{fits['naive'][what]:.2f}")
+            for what, b in (("time", 1.91), ("memory", 1.87)) if "naive" in fits]
+    return Result(rows=[r for rows in results.values() for r in rows], claims=claims, book=book,
+                  tables=tables | {"Notes": notes},
                   figures={"complexity.png": figure(results, ctx.preset)},
                   config=dict(p, max_tokens=args.max_tokens, budget_bytes=budget, d_model=D_MODEL, n_heads=N_HEADS),
                   extra={"exponents": fits, "seconds": time.perf_counter() - started, "results": results})

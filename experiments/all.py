@@ -1,0 +1,117 @@
+"""Every table of the chapter, one after another, then one report: results/REPORT.md.
+
+    python -m experiments.all [--preset smoke|cpu|paper] [--only a,b | --skip a,b] [--seeds N] [--out DIR]
+
+Each experiment runs as its own command would (same presets, row cache, results folder),
+so a rerun skips every finished row and an interrupted one resumes. One that stops with a
+user error is reported and the others still run; the report gathers every table, every
+claim and every figure, with one summary of each book figure beside ours.
+"""
+from __future__ import annotations
+
+import json
+import pathlib
+
+from attention_jax.errors import UserError
+from attention_jax.harness import cli, report
+
+# The chapter's order: averaging, scaling, the ladder, positions, √d, norms, cost, the toy, the lecture.
+EXPERIMENTS = ["averaging", "scaling", "params", "parity", "ladder", "positions", "scale_ablation", "norms",
+               "complexity", "winograd", "inside_tiny_gpt", "throughput"]
+TRAINING = {"ladder", "positions", "scale_ablation", "norms", "winograd", "inside_tiny_gpt"}
+
+
+def _module(name: str):
+    import importlib
+    return importlib.import_module(f"experiments.{name}")
+
+
+def available() -> list[str]:
+    import importlib.util
+    return [n for n in EXPERIMENTS if importlib.util.find_spec(f"experiments.{n}") is not None]
+
+
+def run_one(name: str, args) -> str | None:
+    """Run one experiment; None on success, else the one-line reason it stopped."""
+    experiment = _module(name).EXPERIMENT
+    argv = ["--out", args.out] + (["--preset", args.preset] if args.preset else [])
+    if name in TRAINING:
+        argv += ["--seeds", str(args.seeds)] + (["--no-progress"] if args.no_progress else [])
+        argv += ["--corpus", args.corpus] if args.corpus and name in ("ladder", "positions", "scale_ablation",
+                                                                         "norms") else []
+    print(f"\n===== {name} =====", flush=True)
+    try:
+        experiment.execute(experiment.parser().parse_args(argv))
+    except UserError as e:
+        cli.report_error(e)
+        return " ".join(str(e).split())
+    return None
+
+
+def gather(out: pathlib.Path, names: list[str], failures: dict[str, str]) -> str:
+    """REPORT.md: a summary of book figures beside ours, every claim, then each experiment's tables and figures."""
+    results = {}
+    for name in names:
+        path = out / name / "results.json"
+        if path.exists():
+            results[name] = json.loads(path.read_text(encoding="utf-8"))
+    presets = sorted({r.get("preset") for r in results.values() if r.get("preset")})
+    md = ["# attention_jax: every table of the chapter", "",
+          f"Preset(s): {', '.join(presets) or '-'}. Regenerate with `python -m experiments.all"
+          + (f" --preset {presets[0]}" if len(presets) == 1 else "") + "`.", ""]
+    if "smoke" in presets:
+        md += [f"*{cli.SMOKE_NOTE}*", ""]
+    book = [dict(experiment=n, **b) for n, r in results.items() for b in r.get("book", [])]
+    if book:
+        md += ["## The book's figures beside ours", "",
+               report.format_table([("experiment", "experiment", ""), ("what", "figure", ""), ("book", "book", ""),
+                                    ("ours", "ours", "")], book), ""]
+    passed = sum(c["passed"] for r in results.values() for c in r["claims"])
+    total = sum(len(r["claims"]) for r in results.values())
+    md += [f"## Claims: {passed} of {total} pass", ""]
+    for name, r in results.items():
+        md += [f"- **{name}**"] + [f"  - **{'PASS' if c['passed'] else 'FAIL'}** {report._claim_line(c)}"
+                                   for c in r["claims"]]
+    for name, reason in failures.items():
+        md += [f"- **{name}** did not finish: {reason}"]
+    for name, r in results.items():
+        table = (out / name / "table.md").read_text(encoding="utf-8").split("\n", 1)[1]
+        md += ["", f"# {name}" + (f" (preset: {r.get('preset')})" if r.get("preset") else ""), table.strip(), ""]
+        md += [f"![{name}: {fig}]({name}/{fig})" for fig in r.get("figures", [])]
+    return "\n".join(md) + "\n"
+
+
+def main(argv: list[str] | None = None) -> int:
+    p = cli.parser("all", __doc__.strip().splitlines()[0], {"smoke": 0, "cpu": 0, "paper": 0})
+    p.add_argument("--only", default=None, help=f"comma-separated subset of: {', '.join(EXPERIMENTS)}")
+    p.add_argument("--skip", default=None, help="comma-separated experiments to leave out")
+    p.add_argument("--seeds", type=cli.positive_int, default=1, help="seeds for the training tables")
+    p.add_argument("--corpus", default=None, help="your own text for the corpus tables (ladder, positions, ...)")
+    p.add_argument("--no-progress", action="store_true", help="no progress bars")
+    try:
+        args = p.parse_args(argv)
+        if args.preset is not None and args.preset not in ("smoke", "cpu", "paper"):
+            raise cli.ConfigError(f"unknown preset {args.preset!r}; choose one of: smoke, cpu, paper")
+        names = cli.choose_names(args.only, available(), "experiment")
+        skip = set(cli.choose_names(args.skip, available(), "experiment")) if args.skip else set()
+        names = [n for n in names if n not in skip]
+        out = cli.results_folder(args.out, "all").parent
+    except UserError as e:
+        return cli.report_error(e)
+    failures = {}
+    try:
+        for name in names:
+            reason = run_one(name, args)
+            if reason:
+                failures[name] = reason
+    except KeyboardInterrupt as e:
+        cli.report_error(e)
+        return cli.EXIT_INTERRUPTED
+    finally:
+        report.atomic_write(out / "REPORT.md", gather(out, names, failures))
+        print(f"\nwrote {out / 'REPORT.md'}", flush=True)
+    return cli.EXIT_USER_ERROR if failures else 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

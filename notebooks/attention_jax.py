@@ -1,0 +1,152 @@
+# ---
+# jupyter:
+#   jupytext:
+#     formats: ipynb,py:percent
+#     text_representation:
+#       extension: .py
+#       format_name: percent
+#       format_version: '1.3'
+#       jupytext_version: 1.19.6
+#   kernelspec:
+#     display_name: Python 3
+#     language: python
+#     name: python3
+# ---
+
+# %% [markdown]
+# # Attention, derived from a plain average, in JAX
+#
+# This notebook runs the chapter's main table, the ablation ladder, and looks inside the
+# models it trains. On a Colab GPU or TPU runtime it trains the book's budget (the `paper`
+# preset, three seeds at once through `vmap`); on a CPU it runs the `smoke` preset, a
+# plumbing check whose numbers mean nothing, in about a minute.
+#
+# Every cell checks what it shows with an `assert`, so a notebook that runs to the end has
+# verified its own output.
+
+# %% [markdown]
+# ## 1. Install for the runtime found
+#
+# Colab ships an older jax with its own CUDA plugin; this project needs jax >= 0.10. Upgrading
+# jax alone leaves the plugin behind and JAX silently falls back to the CPU, so the project and
+# a matched jax (`jax[cuda12]` on a GPU, `jax[tpu]` on a TPU) are installed in **one** pip
+# command. If jax was already imported in this session, restart the runtime after installing.
+
+# %%
+import importlib.util
+import os
+import pathlib
+import shutil
+import subprocess
+import sys
+
+REPO = "https://github.com/attention-jax/attention_jax"   # the project's public repository
+
+
+def runtime() -> str:
+    """What this machine offers: 'gpu', 'tpu' or 'cpu' (without importing jax)."""
+    if os.environ.get("COLAB_TPU_ADDR") or os.environ.get("TPU_NAME") or list(pathlib.Path("/dev").glob("accel*")):
+        return "tpu"
+    if shutil.which("nvidia-smi") and subprocess.run(["nvidia-smi", "-L"], capture_output=True).returncode == 0:
+        return "gpu"
+    return "cpu"
+
+
+EXPECTED = runtime()
+if importlib.util.find_spec("attention_jax") is None:        # not installed yet (a fresh Colab runtime)
+    extra = {"gpu": "[gpu]", "tpu": "[tpu]", "cpu": ""}[EXPECTED]
+    subprocess.run([sys.executable, "-m", "pip", "install", "-q", f"attention_jax{extra} @ git+{REPO}"], check=True)
+
+import jax  # noqa: E402
+
+from attention_jax.harness.platform import backend_summary, check_backend  # noqa: E402
+
+print(backend_summary())
+assert check_backend() is None, check_backend()              # a CUDA plugin installed but JAX on the CPU
+assert jax.default_backend() == EXPECTED, f"expected {EXPECTED}, JAX runs on {jax.default_backend()}"
+
+# %% [markdown]
+# ## 2. Why the scores are divided by √d: the softmax's Jacobian
+#
+# One query against 64 keys of width 256: the raw dot products have a standard deviation of
+# about √256 = 16, so the softmax has already chosen one key and its Jacobian
+# `diag(w) − w wᵀ` is almost zero: no gradient tells the head where else to look. Divided by
+# √d the scores have unit variance, the weights spread out, and the Jacobian is alive.
+
+# %%
+import jax.numpy as jnp  # noqa: E402
+import matplotlib.pyplot as plt  # noqa: E402
+
+from attention_jax import functional as F  # noqa: E402
+
+d = 256
+q, k = jax.random.normal(jax.random.key(0), (2, 64, d))
+scores = k @ q[0]                                            # one row of 64 scores, std ≈ √d
+fig, axes = plt.subplots(1, 2, figsize=(10, 4.2))
+traces = {}
+for ax, (name, s) in zip(axes, [("raw q·k", scores), ("q·k / √d", scores / jnp.sqrt(d))]):
+    J = jax.jacobian(F.masked_softmax)(s)                    # d softmax / d scores, [64, 64]
+    w = F.masked_softmax(s)
+    assert jnp.allclose(J, jnp.diag(w) - jnp.outer(w, w), atol=1e-6)
+    traces[name] = float(jnp.trace(J))
+    im = ax.imshow(J, cmap="RdBu_r", vmin=-0.25, vmax=0.25)
+    ax.set(title=f"{name}: trace {traces[name]:.3f}, max weight {float(w.max()):.3f}", xlabel="score j",
+           ylabel="weight i")
+fig.colorbar(im, ax=axes, shrink=0.8)
+plt.show()
+assert traces["raw q·k"] < 0.1 < 0.9 < traces["q·k / √d"], traces
+
+# %% [markdown]
+# ## 3. The ablation ladder
+#
+# Ten models, each adding one part to the one before: no context, a uniform average, learned
+# positions, a residual, one learned head, four heads, a feed-forward network, LayerNorm, two
+# blocks. The same function the command line runs (`python -m experiments.ladder`) returns the
+# rows, the chapter's claims checked per seed, the tables and the figures.
+
+# %%
+from experiments import ladder  # noqa: E402
+
+PRESET, SEEDS = ("paper", 3) if EXPECTED != "cpu" else ("smoke", 1)
+result = ladder.EXPERIMENT(preset=PRESET, seeds=SEEDS, out="results", no_progress=True)
+display(result)                                              # noqa: F821  (the table and the claims)
+for fig in result.figures.values():
+    display(fig)                                             # noqa: F821
+assert [r["name"] for r in result.rows] == [row.name for row in ladder.ROWS]
+assert all(1 < r["val_ppl"] < float("inf") and len(r["val_ppl_seeds"]) == SEEDS for r in result.rows)
+assert len(result.claims) == 9
+assert PRESET == "smoke" or sum(c["passed"] for c in result.claims) >= 7, result.markdown()
+
+# %% [markdown]
+# ## 4. Inside one trained block: where each head looks
+#
+# The ladder's one-block model (`layer_norm`) is reopened from its checkpoint, run on a line of
+# held-out text with `run_with_cache`, and each head's attention weights are drawn. The upper
+# triangle is exactly zero: no position sees its future.
+
+# %%
+from attention_jax.data import load_tokenizer, load_tokens, resolve_corpus, train_val_split  # noqa: E402
+from attention_jax.harness import rows  # noqa: E402
+from attention_jax.inspect import ablate, run_with_cache  # noqa: E402
+
+record = next(r for r in result.rows if r["name"] == "layer_norm")
+model = rows.load_model(record, result.folder)
+model.eval()
+corpus = resolve_corpus()
+_, val = train_val_split(load_tokens(corpus, verbose=False))
+tokens = jnp.asarray(val[None, :24])
+words = [load_tokenizer(corpus).decode([int(t)]) for t in tokens[0]]
+logits, cache = run_with_cache(model, tokens, names="blocks.0.mixer.weights")
+w = cache["blocks.0.mixer.weights"][0]                       # [heads, T, T]
+fig, axes = plt.subplots(1, w.shape[0], figsize=(4.2 * w.shape[0], 4.2))
+for h, ax in enumerate(axes):
+    ax.imshow(w[h], cmap="viridis")
+    ax.set(title=f"head {h}", xlabel="key position", ylabel="query position")
+    ax.set_xticks(range(len(words)), [repr(x)[1:-1] for x in words], rotation=90, fontsize=6)
+plt.show()
+assert jnp.all(jnp.triu(w, k=1) == 0)                        # the future gets exactly zero weight
+assert jnp.allclose(w.sum(-1), 1.0, atol=1e-5)
+with ablate(model, mixer=[0]):                               # and without attention, context is gone
+    blind = model(tokens)
+assert not jnp.allclose(blind, logits, atol=1e-3)
+assert jnp.allclose(model(tokens), logits, atol=1e-5)        # the ablation put the model back

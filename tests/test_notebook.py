@@ -1,0 +1,50 @@
+"""The Colab notebook: its committed .ipynb is its jupytext .py source (no drift, no outputs), and it
+runs end to end on this CPU at smoke size, every cell's assert included."""
+
+import pathlib
+import time
+
+import pytest
+
+NOTEBOOKS = pathlib.Path(__file__).resolve().parents[1] / "notebooks"
+SOURCE, NOTEBOOK = NOTEBOOKS / "attention_jax.py", NOTEBOOKS / "attention_jax.ipynb"
+
+jupytext = pytest.importorskip("jupytext")
+nbformat = pytest.importorskip("nbformat")
+
+
+def code_cells(nb) -> list[str]:
+    return [c.source.strip() for c in nb.cells if c.cell_type == "code"]
+
+
+def test_the_ipynb_is_its_py_source_without_outputs():
+    committed = nbformat.read(NOTEBOOK, as_version=4)
+    source = jupytext.read(SOURCE)
+    assert code_cells(committed) == code_cells(source), \
+        "notebooks/attention_jax.ipynb drifted from its .py: run `jupytext --sync notebooks/attention_jax.py`"
+    assert [c.source.strip() for c in committed.cells if c.cell_type == "markdown"] == \
+        [c.source.strip() for c in source.cells if c.cell_type == "markdown"]
+    assert all(not c.get("outputs") and not c.get("execution_count") for c in committed.cells if c.cell_type == "code")
+
+
+def test_the_notebook_runs_on_cpu_at_smoke_size(tmp_path, corpus_folder, bpe_cache, monkeypatch):
+    nbclient = pytest.importorskip("nbclient")
+    # The kernel inherits this environment: the corpus, a private cache, no accelerator.
+    monkeypatch.setenv("ATTENTION_JAX_DATA", str(corpus_folder))
+    monkeypatch.setenv("ATTENTION_JAX_CACHE", str(bpe_cache))
+    monkeypatch.setenv("JAX_PLATFORMS", "cpu")
+    # The same persistent compilation cache as the tests (conftest.py): the ladder's smoke programs are reused.
+    import jax
+    monkeypatch.setenv("JAX_COMPILATION_CACHE_DIR", jax.config.jax_compilation_cache_dir)
+    monkeypatch.setenv("JAX_PERSISTENT_CACHE_MIN_COMPILE_TIME_SECS", "0")
+    nb = nbformat.read(NOTEBOOK, as_version=4)
+    t0 = time.perf_counter()
+    nbclient.NotebookClient(nb, timeout=300, kernel_name="python3", resources={"metadata": {"path": str(tmp_path)}}
+                            ).execute()
+    seconds = time.perf_counter() - t0
+    outputs = [o for c in nb.cells if c.cell_type == "code" for o in c.get("outputs", [])]
+    assert not [o for o in outputs if o.get("output_type") == "error"]
+    assert any("image/png" in o.get("data", {}) for o in outputs)          # the figures showed inline
+    assert any("text/markdown" in o.get("data", {}) for o in outputs)      # the ladder's table and claims
+    assert (tmp_path / "results" / "ladder" / "results.json").exists()
+    assert seconds < 240, f"the notebook took {seconds:.0f} s"

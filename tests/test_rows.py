@@ -1,0 +1,92 @@
+"""The row cache: a finished row reopens its trained model, gains measurements it lacked from its
+checkpoint, and is trusted only when its record is intact and its own (smoke preset, one row)."""
+
+import contextlib
+import io
+import json
+
+import numpy as np
+import pytest
+
+from attention_jax.harness import rows
+from attention_jax.train import text_task
+from experiments import ladder
+from experiments.configs import by_name, LADDER
+
+ROW = "heads"
+
+
+@pytest.fixture(autouse=True)
+def isolated(bpe_cache, corpus_folder, monkeypatch):
+    monkeypatch.setenv("ATTENTION_JAX_CACHE", str(bpe_cache))
+    monkeypatch.setenv("ATTENTION_JAX_DATA", str(corpus_folder))
+
+
+def train(out, *extra):
+    err = io.StringIO()
+    with contextlib.redirect_stdout(io.StringIO()), contextlib.redirect_stderr(err):
+        code = ladder.main(["--preset", "smoke", "--no-progress", "--rows", ROW, "--out", str(out), *extra])
+    assert code == 0, err.getvalue()
+    return json.loads((out / "ladder" / "results.json").read_text())["rows"][0], err.getvalue()
+
+
+@pytest.fixture(scope="module")
+def trained(tmp_path_factory, bpe_cache, corpus_folder):
+    out = tmp_path_factory.mktemp("rows")
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setenv("ATTENTION_JAX_CACHE", str(bpe_cache))
+        mp.setenv("ATTENTION_JAX_DATA", str(corpus_folder))
+        record, _ = train(out)
+    return out, record
+
+
+def splits():
+    from attention_jax.data import load_tokens, resolve_corpus, train_val_split
+    return train_val_split(load_tokens(resolve_corpus(None), verbose=False))
+
+
+def test_load_model_reproduces_the_rows_val_perplexity_exactly(trained):
+    out, record = trained
+    folder = out / "ladder"
+    engine, state = rows.restore_state(record, folder)
+    _, val = splits()
+    assert float(engine.perplexity(state, val)[0]) == record["val_ppl"]
+    model = rows.load_model(record, folder)
+    model.eval()
+    x = val[:64].reshape(2, 32)
+    np.testing.assert_allclose(np.asarray(model(x)), np.asarray(engine.logits(state, x)), atol=1e-5)
+
+
+def test_a_measure_added_later_is_computed_from_the_checkpoint(trained):
+    out, record = trained
+    folder = out / "ladder"
+    train_split, val = splits()
+    cfg, tc = by_name(LADDER, ROW).config, ladder.PRESETS["smoke"]
+    task = text_task(train_split, val, batch_size=tc.batch_size, context=cfg.context,
+                     train_eval_windows=tc.train_eval_windows)
+    measure = {"at_64": lambda engine, state: {"ppl": engine.perplexity(state, val, context=64).tolist()}}
+    again = rows.train_row(ROW, cfg, tc, task, preset="smoke", seeds=[0], folder=folder, progress=False,
+                           measures=measure)
+    assert again["cached"] and again["final"] == record["final"]
+    assert again["measures"]["at_64"]["ppl"][0] > 1
+    saved = json.loads((folder / "rows" / f"{record['key']}.json").read_text())
+    assert saved["measures"]["at_64"] == again["measures"]["at_64"]       # kept for the next run
+
+
+@pytest.mark.parametrize("damage", ["truncate", "not_json", "foreign"])
+def test_a_damaged_or_foreign_record_is_retrained_saying_why(tmp_path, damage):
+    first, _ = train(tmp_path)
+    path = tmp_path / "ladder" / "rows" / f"{first['key']}.json"
+    text = path.read_text()
+    if damage == "truncate":
+        path.write_text(text[: len(text) // 2])
+    elif damage == "not_json":
+        path.write_bytes(b"\xff\xfe binary \x00")
+    else:
+        foreign = json.loads(text)
+        foreign["config"]["d_model"] = 64
+        path.write_text(json.dumps(foreign))
+    again, err = train(tmp_path)
+    assert "damaged or belongs to another row; training it again" in err and str(path) in err
+    assert not again["cached"]
+    assert (again["train_ppl"], again["val_ppl"]) == (first["train_ppl"], first["val_ppl"])   # resumed, not guessed
