@@ -105,11 +105,16 @@ def main(argv: list[str] | None = None) -> int:
             if reason:
                 failures[name] = reason
     except KeyboardInterrupt as e:
-        cli.report_error(e)
-        return cli.EXIT_INTERRUPTED
-    finally:
         report.atomic_write(out / "REPORT.md", gather(out, names, failures))
-        print(f"\nwrote {out / 'REPORT.md'}", flush=True)
+        code = cli.report_error(e)
+        if argv is None:     # a command line: leave before XLA's threads meet the interpreter's teardown
+            import os
+            import sys
+            sys.stdout.flush(), sys.stderr.flush()
+            os._exit(code)
+        return code
+    report.atomic_write(out / "REPORT.md", gather(out, names, failures))
+    print(f"\nwrote {out / 'REPORT.md'}", flush=True)
     return cli.EXIT_USER_ERROR if failures else 0
 
 

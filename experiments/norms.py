@@ -29,6 +29,10 @@ N_LAYERS = 12
 BASE = dataclasses.replace(ONE_BLOCK, n_layers=N_LAYERS)
 NORMS = ("pre", "post")
 CONFIGS = {norm: dataclasses.replace(BASE, norm=norm) for norm in NORMS}
+# The smoke preset is a plumbing check for the tests: three blocks, because compiling
+# twelve unrolled blocks (init, step, evaluation; ten programs in all) takes minutes on 2
+# cores. The cpu and paper presets train the chapter's twelve.
+DEPTH = {"smoke": 3}
 # name -> (norm, warmup?); the book's order.
 ROWS = {"pre_no_warmup": ("pre", False), "pre_warmup": ("pre", True),
         "post_no_warmup": ("post", False), "post_warmup": ("post", True)}
@@ -58,6 +62,10 @@ PROBE_SEED = 10_000       # the data seed of the probe batches: not any training
 def flags(p) -> None:
     p.add_argument("--warmup", type=positive_int, default=None, metavar="N",
                    help="warmup rows: linear warmup over N steps (default: the preset's; the book's 200)")
+
+
+def model_config(norm: str, preset: str):
+    return dataclasses.replace(CONFIGS[norm], n_layers=DEPTH.get(preset, N_LAYERS))
 
 
 # -- the gradient norm of each block at initialisation -----------------------------------------
@@ -112,7 +120,7 @@ def measure_init(ctx, table, seeds: list[int]) -> dict[str, dict]:
     identity = {**table.corpus.identity(), "probe": [batch, n_batches, PROBE_SEED]}
     out = {}
     for norm in NORMS:
-        cfg = CONFIGS[norm]
+        cfg = model_config(norm, ctx.preset)
         path = ctx.folder / "init" / f"{rows.row_key('init_' + norm, cfg, probe, ctx.preset, seeds, identity)}.json"
         if path.exists() and not ctx.args.fresh:
             try:
@@ -176,7 +184,7 @@ def init_figure(init: dict, title: str, book: bool):
             ax.plot([1, len(blocks)], [b["first"], b["last"]], "x", color=f"C{i}", markersize=10,
                     markeredgewidth=2, label=f"{norm}-norm, book (blocks 1 and {len(blocks)})")
     ax.set(xlabel="block", ylabel="gradient norm at initialisation", title=title)
-    ax.set_xticks(range(1, N_LAYERS + 1))
+    ax.set_xticks(range(1, len(init[NORMS[0]]["per_block"]) + 1))
     ax.grid(True, alpha=0.3)
     ax.legend(fontsize=8, loc="center left", bbox_to_anchor=(1.02, 0.5))
     return fig
@@ -218,7 +226,7 @@ def run(ctx) -> Result:
                           f"with N < --steps")
     with_warmup, without = dataclasses.replace(tc, warmup_steps=warm), dataclasses.replace(tc, warmup_steps=0)
     table = TextTable.open(ctx)
-    book = table.book
+    book, depth = table.book, DEPTH.get(ctx.preset, N_LAYERS)
 
     # 1. The gradient norm of each block at initialisation, before any step.
     init_seeds = list(range(max(len(table.seeds), PROBE[ctx.preset][2])))
@@ -232,7 +240,7 @@ def run(ctx) -> Result:
                           "first_text": rows_fmt(rec["first"], rec["first_std"], 4),
                           "last_text": rows_fmt(rec["last"], rec["last_std"], 4),
                           "ratio_text": rows_fmt(rec["ratio"], rec["ratio_std"], 2)})
-        print(f"  init {norm:<4}  block 1 {rec['first']:.4f}  block {N_LAYERS} {rec['last']:.4f}  "
+        print(f"  init {norm:<4}  block 1 {rec['first']:.4f}  block {depth} {rec['last']:.4f}  "
               f"ratio {rec['ratio']:.2f}  ({len(init_seeds)} seeds)", flush=True)
 
     # 2. The four trained rows.
@@ -240,7 +248,7 @@ def run(ctx) -> Result:
     for name, (norm, warmup) in ROWS.items():
         if name not in ctx.rows:
             continue
-        r = table.train(name, CONFIGS[norm], train_config=with_warmup if warmup else without)
+        r = table.train(name, model_config(norm, ctx.preset), train_config=with_warmup if warmup else without)
         r.update(norm=norm, warmup=warm if warmup else 0, book_val_ppl=BOOK_PPL[name] if book else None,
                  lr_first=r["train_log"][0]["lr"] if r["train_log"] else None)
         records.append(r)
@@ -251,8 +259,8 @@ def run(ctx) -> Result:
         r["vs_pre"] = r["val_ppl"] / base["val_ppl"] if base else None
         r["book_vs_pre"] = BOOK_PPL[r["name"]] / BOOK_PPL["pre_no_warmup"] if book else None
 
-    init_columns = [("name", "norm", ""), ("first_text", "block 1", ""), ("last_text", f"block {N_LAYERS}", ""),
-                    ("ratio_text", f"block {N_LAYERS} / block 1", ""), ("book_first", "book block 1", ".4f"),
+    init_columns = [("name", "norm", ""), ("first_text", "block 1", ""), ("last_text", f"block {depth}", ""),
+                    ("ratio_text", f"block {depth} / block 1", ""), ("book_first", "book block 1", ".4f"),
                     ("book_last", f"book block {N_LAYERS}", ".4f"), ("book_ratio", "book ratio", ".2f")]
     columns = [("name", "row", ""), ("norm", "norm", ""), ("warmup", "warmup steps", "d"),
                ("train", "train ppl", ""), ("val", "val ppl", ""), ("book_val_ppl", "book val ppl", ".2f"),
@@ -262,7 +270,7 @@ def run(ctx) -> Result:
     batch, n_batches, _ = PROBE[ctx.preset]
     tables = {f"Gradient norm per block at initialisation ({len(init_seeds)} seeds, mean ± std; "
               f"{n_batches} fixed batch(es) of {batch} windows)": report.format_table(init_columns, init_rows),
-              f"Perplexity, {N_LAYERS} blocks of width {BASE.d_model}: pre/post-norm x warmup ({budget})":
+              f"Perplexity, {depth} blocks of width {BASE.d_model}: pre/post-norm x warmup ({budget})":
                   report.format_table(columns, records)}
     figures = {"init_grad_norms.png": init_figure(
         init, f"norms: gradient norm per block at init, {len(init_seeds)} seeds, {n_batches} x {batch} windows "
@@ -279,7 +287,7 @@ def run(ctx) -> Result:
                   config={"train": dataclasses.asdict(tc), "warmup_steps": warm, "seeds": table.seeds,
                           "init_seeds": init_seeds, "probe": {"batch_size": batch, "batches": n_batches,
                                                               "data_seed": PROBE_SEED},
-                          "models": {n: c.to_dict() for n, c in CONFIGS.items()}, "data": table.describe()},
+                          "models": {n: model_config(n, ctx.preset).to_dict() for n in NORMS}, "data": table.describe()},
                   extra={"init": init_rows})
 
 

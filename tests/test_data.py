@@ -237,7 +237,11 @@ def test_tokens_are_cached_and_reused(tmp_path, monkeypatch, capsys):
     (folder / "tokenizer.json").write_text("{ truncated")
     (folder / "tokens.npy").write_bytes(b"\x93NUMPY garbage")
     np.testing.assert_array_equal(data.load_tokens(path, vocab_size=300, verbose=False), first)
-    assert sorted(p.name for p in folder.iterdir()) == ["tokenizer.json", "tokens.npy"]  # no temp files
+    assert sorted(p.name for p in folder.iterdir()) == ["manifest.json", "tokenizer.json", "tokens.npy"]  # no temp
+    # Another valid tokens file (a shorter, different one) is not this cache's own: re-encoded, not trusted.
+    np.save(folder / "tokens.npy", first[: len(first) // 2][::-1].copy())
+    np.testing.assert_array_equal(data.load_tokens(path, vocab_size=300, verbose=False), first)
+    assert "is damaged or not this cache's own; rebuilding it" in capsys.readouterr().err
 
 
 @pytest.mark.skipif(REAL is None, reason="real corpus not available")

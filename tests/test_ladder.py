@@ -153,3 +153,40 @@ def test_user_errors_are_one_line_and_exit_2(tmp_path, capsys, args, start):
     assert code == 2
     assert len(err.strip().splitlines()) == 1 and err.startswith(start), err
     assert not (tmp_path / "out").exists()     # nothing was started, so nothing was written
+
+
+def test_a_learning_rate_that_diverges_stops_the_row_in_one_line_and_caches_nothing(tmp_path, capsys):
+    args = [*SMOKE, "--rows", "no_context", "--lr", "1e9", "--out", str(tmp_path)]
+    for attempt in range(2):                                  # and the rerun is not served from a cache
+        assert ladder.main(args) == 2
+        err = capsys.readouterr().err.strip()
+        assert len(err.splitlines()) == 1, err
+        assert err.startswith("error: row 'no_context' diverged at step") and "lower it with --lr" in err
+    assert not (tmp_path / "ladder" / "rows").exists() and not (tmp_path / "ladder" / "results.json").exists()
+
+
+def test_a_second_run_on_the_same_out_is_refused_while_the_first_holds_it(tmp_path, capsys):
+    from attention_jax.harness import cli
+    with cli.exclusive(tmp_path / "ladder"):
+        assert ladder.main([*SMOKE, "--rows", "no_context", "--out", str(tmp_path)]) == 2
+    err = capsys.readouterr().err.strip()
+    assert err.startswith("error: another run is writing into") and len(err.splitlines()) == 1
+
+
+def test_ctrl_c_during_the_first_compile_exits_130_without_a_crash(tmp_path, corpus_folder, bpe_cache):
+    import os
+    import signal
+    import subprocess
+    import sys
+    env = dict(os.environ, ATTENTION_JAX_DATA=str(corpus_folder), ATTENTION_JAX_CACHE=str(tmp_path / "cache"))
+    proc = subprocess.Popen([sys.executable, "-m", "experiments.ladder", *SMOKE, "--rows", "two_blocks",
+                             "--out", str(tmp_path / "out")], env=env, stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE, text=True)
+    for line in proc.stdout:                                  # the corpus is loaded: compiling starts now
+        if line.startswith("corpus:"):
+            break
+    time.sleep(1.0)
+    proc.send_signal(signal.SIGINT)
+    _, err = proc.communicate(timeout=120)
+    assert proc.returncode == 130, (proc.returncode, err[-2000:])
+    assert err.strip().splitlines()[-1].startswith("interrupted: finished results are kept")

@@ -4,13 +4,17 @@ Training takes seconds and encoding a megabyte takes about as long again; every
 experiment needs the same ids, so both are done once per (corpus, vocab) and kept.
 The cache folder is keyed by the corpus hash, so an edited corpus can never be served
 stale ids, and every write is temp-file + os.replace so a killed run leaves either the
-old file or the new one, never half of one.
+old file or the new one, never half of one. A manifest records each file's sha256 as
+written: a cached file that no longer matches (damaged, or swapped for another valid one)
+is rebuilt, never trusted, and tokens are trusted only beside the tokenizer that made them.
 """
 
 from __future__ import annotations
 
+import json
 import os
 import pathlib
+import sys
 import tempfile
 
 import numpy as np
@@ -21,6 +25,7 @@ from attention_jax.errors import ConfigError, DataError
 
 TOKENIZER_FILE = "tokenizer.json"
 TOKENS_FILE = "tokens.npy"
+MANIFEST_FILE = "manifest.json"   # the sha256 of each file as written: a file that differs is rebuilt
 MIN_FREQUENCY = 2  # pairs seen once are noise; with this setting the corpus gives 459,792 ids
 
 
@@ -69,14 +74,43 @@ def _read_tokenizer(path: pathlib.Path) -> tokenizers.Tokenizer | None:
         return None
 
 
+def _manifest(folder: pathlib.Path) -> dict:
+    try:
+        found = json.loads((folder / MANIFEST_FILE).read_text(encoding="utf-8"))
+        return found if isinstance(found, dict) else {}
+    except (OSError, ValueError):
+        return {}
+
+
+def _record(folder: pathlib.Path, name: str) -> None:
+    """Note the sha256 of a file just written, so a later change to it is noticed."""
+    manifest = _manifest(folder)
+    manifest[name] = sha256_file(folder / name)
+    if name == TOKENIZER_FILE:
+        manifest.pop(TOKENS_FILE, None)   # ids made by an earlier tokenizer are not this one's
+    _atomic_write(folder / MANIFEST_FILE, lambda tmp: pathlib.Path(tmp).write_text(json.dumps(manifest, indent=1)))
+
+
+def _intact(folder: pathlib.Path, name: str) -> bool:
+    """The cached file exists and is byte for byte what this cache wrote."""
+    path = folder / name
+    if not path.is_file():
+        return False
+    if _manifest(folder).get(name) == sha256_file(path):
+        return True
+    print(f"note: {path} is damaged or not this cache's own; rebuilding it", file=sys.stderr, flush=True)
+    return False
+
+
 def _tokenizer_and_flag(corpus, vocab_size, folder) -> tuple[tokenizers.Tokenizer, bool]:
-    """The cached tokenizer, training and storing it if absent or unreadable; flag = trained."""
+    """The cached tokenizer, training and storing it if absent, unreadable or changed; flag = trained."""
     path = folder / TOKENIZER_FILE
-    tok = _read_tokenizer(path)
+    tok = _read_tokenizer(path) if _intact(folder, TOKENIZER_FILE) else None
     if tok is not None:
         return tok, False
     trained = _train(pathlib.Path(corpus), int(vocab_size))
     _atomic_write(path, lambda tmp: trained.save(tmp))
+    _record(folder, TOKENIZER_FILE)
     return trained, True
 
 
@@ -116,7 +150,7 @@ def load_tokens(corpus: pathlib.Path, *, vocab_size: int = 1024, cache: pathlib.
     tok, trained = _tokenizer_and_flag(corpus, vocab_size, folder)
     path = folder / TOKENS_FILE
     # Ids from an earlier tokenizer are not trusted once the tokenizer had to be retrained.
-    ids = None if trained else _read_tokens(path, tok.get_vocab_size())
+    ids = None if trained or not _intact(folder, TOKENS_FILE) else _read_tokens(path, tok.get_vocab_size())
     text = _read_text(corpus) if (ids is None or verbose) else ""
     status = "cached"
     if ids is None:
@@ -129,6 +163,7 @@ def load_tokens(corpus: pathlib.Path, *, vocab_size: int = 1024, cache: pathlib.
                 np.save(handle, ids, allow_pickle=False)
 
         _atomic_write(path, save)
+        _record(folder, TOKENS_FILE)
         status = "trained" if trained else "encoded"
     if verbose:
         print(f"corpus: {len(text):,} chars -> {ids.size:,} tokens "

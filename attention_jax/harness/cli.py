@@ -9,10 +9,13 @@ imports JAX, so `--help` and a bad flag answer at once.
 from __future__ import annotations
 
 import argparse
+import contextlib
+import hashlib
 import math
 import os
 import pathlib
 import sys
+import tempfile
 from typing import Mapping, Sequence
 
 from attention_jax.errors import ConfigError, UserError
@@ -128,6 +131,34 @@ def results_folder(out: str, name: str) -> pathlib.Path:
         raise ConfigError(f"--out {out}: cannot write results into {folder} ({reason}); "
                           "choose a writable folder") from None
     return folder
+
+
+@contextlib.contextmanager
+def exclusive(folder: pathlib.Path):
+    """Hold the results folder for one run: a second run on the same --out is refused with one line.
+
+    Two runs writing the same rows and checkpoints at once could interleave their files;
+    the lock lives in the temp folder (keyed by the folder's path), so the results folder
+    itself is untouched until the run writes there. On a platform without fcntl, no lock.
+    """
+    try:
+        import fcntl
+    except ImportError:
+        yield
+        return
+    key = hashlib.sha256(str(folder.expanduser().absolute()).encode()).hexdigest()[:16]
+    locks = pathlib.Path(tempfile.gettempdir()) / "attention_jax-locks"
+    locks.mkdir(exist_ok=True)
+    with open(locks / f"{key}.lock", "a+") as handle:
+        try:
+            fcntl.flock(handle, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except OSError:
+            raise ConfigError(f"another run is writing into {folder} right now; wait for it to finish, "
+                              "or choose another --out") from None
+        try:
+            yield
+        finally:
+            fcntl.flock(handle, fcntl.LOCK_UN)
 
 
 def report_error(e: BaseException) -> int:

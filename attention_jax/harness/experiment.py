@@ -15,7 +15,9 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
+import os
 import pathlib
+import sys
 from typing import Any, Callable, Mapping, Sequence
 
 from attention_jax.errors import ConfigError, UserError
@@ -92,9 +94,10 @@ class Experiment:
 
     def execute(self, args: argparse.Namespace) -> Result:
         ctx = self.context(args)
-        result = self.run(ctx)
-        result.name, result.preset = self.name, ctx.preset
-        result.folder = report.publish(ctx.folder, result)
+        with cli.exclusive(ctx.folder):
+            result = self.run(ctx)
+            result.name, result.preset = self.name, ctx.preset
+            result.folder = report.publish(ctx.folder, result)
         return result
 
     def __call__(self, **options) -> Result:
@@ -115,6 +118,15 @@ class Experiment:
             apply_mallopt()
         try:
             self.execute(self.parser().parse_args(argv))
-        except (UserError, KeyboardInterrupt) as e:
+        except UserError as e:
             return cli.report_error(e)
+        except KeyboardInterrupt as e:
+            code = cli.report_error(e)
+            if argv is None:
+                # A command line interrupted mid-compile would otherwise tear the interpreter down
+                # while XLA's threads still run (a segfault, exit 139): what is finished is saved,
+                # so leave now, with the status an interrupt should have.
+                sys.stdout.flush(), sys.stderr.flush()
+                os._exit(code)
+            return code
         return 0

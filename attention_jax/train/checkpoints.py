@@ -14,9 +14,11 @@ from __future__ import annotations
 
 import hashlib
 import json
+import os
 import pathlib
 import shutil
 import sys
+import tempfile
 from typing import Any
 
 import jax
@@ -99,9 +101,10 @@ class Checkpoints:
         if self.manager.save(step, args=ocp.args.StandardSave(state), force=force):
             self.sums = {k: v for k, v in self.sums.items() if int(k) in self.manager.all_steps()}
             self.sums[str(step)] = state_digest(state)
-            tmp = self.sums_file.with_name(f".{self.sums_file.name}.{step}.tmp")
-            tmp.write_text(json.dumps(self.sums, indent=1))
-            tmp.replace(self.sums_file)
+            fd, tmp = tempfile.mkstemp(dir=self.sums_file.parent, prefix=f".{self.sums_file.name}.", suffix=".tmp")
+            with os.fdopen(fd, "w") as f:
+                f.write(json.dumps(self.sums, indent=1))
+            os.replace(tmp, self.sums_file)
 
     def should_save(self, step: int) -> bool:
         return self.manager.should_save(step)

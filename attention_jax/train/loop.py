@@ -118,11 +118,11 @@ def fit(engine: Engine, task: Task, *, seeds: Sequence[int] = (0,), workdir: str
     finally:
         bar.close()
     seconds = time.perf_counter() - t0
-    final = evaluate(tc.steps)
-    if ckpt:
+    if ckpt:            # the finished state first (its loss is finite): an interrupted evaluation redoes only itself
         if ckpt.latest_step() != tc.steps:
             ckpt.save(tc.steps, state, force=True)
         ckpt.close()
+    final = evaluate(tc.steps)
     log({**final, "seconds": seconds})
     return RunResult(seeds, {k: v for k, v in final.items() if k != "step"}, tc.steps, seconds, start, state,
                      history, train_log)
