@@ -126,6 +126,24 @@ def causal_attention(q, k, v, *, bias=None, scale: bool = True, dropout=None, re
     return jnp.concatenate(outs, axis=-2), full
 
 
+def fused_attention(q, k, v, *, bias=None, causal: bool = True, scale: bool = True, implementation=None):
+    """`attention` by `jax.nn.dot_product_attention`: XLA's fused kernel, or cuDNN's on a GPU.
+
+    Takes our layout [..., H, T, D] (heads before positions) and returns it; the fused
+    function wants [B, T, H, D]. `bias` [H or 1, T, S] is added before the causal mask, as
+    in `attention_weights`. Integer inputs are promoted to float32. cuDNN's flash kernel
+    needs float16/bfloat16 on a GPU; with `implementation=None` JAX picks it when it can.
+    """
+    q, k, v = _floating(q), _floating(k), _floating(v)
+    lead = q.shape[:-3]
+    to_bthd = lambda x: jnp.swapaxes(x.reshape((-1,) + x.shape[-3:]), -3, -2)   # [B, T, H, D]
+    b = None if bias is None else jnp.broadcast_to(bias, (q.shape[-3], q.shape[-2], k.shape[-2]))[None]
+    out = jax.nn.dot_product_attention(to_bthd(q), to_bthd(k), to_bthd(v), bias=None if b is None else
+                                       b.astype(q.dtype), scale=None if scale else 1.0, is_causal=causal,
+                                       implementation=implementation)
+    return jnp.swapaxes(out, -3, -2).reshape(lead + out.shape[-3:-1][::-1] + out.shape[-1:])
+
+
 def uniform_causal_weights(n: int) -> jax.Array:
     """The prefix-averaging matrix: softmax of all-equal scores under the causal mask."""
     return masked_softmax(jnp.zeros((n, n), jnp.float32), causal_mask(n))

@@ -39,14 +39,21 @@ def _embed_init(kind: str):
 
 
 class Dense(nnx.Module):
-    def __init__(self, d_in: int, d_out: int, *, bias: bool, init: str, rngs: nnx.Rngs):
+    """x·W (+ b). Parameters are float32; with a `dtype` (mixed precision) the product is computed in it."""
+
+    def __init__(self, d_in: int, d_out: int, *, bias: bool, init: str, rngs: nnx.Rngs, dtype=None):
         self.kernel = nnx.Param(_kernel_init(init)(rngs.params(), (d_in, d_out)))
         bound = d_in ** -0.5
         torch_bias = lambda: jax.random.uniform(rngs.params(), (d_out,), minval=-bound, maxval=bound)
         self.bias = nnx.Param(torch_bias() if init == "torch" else jnp.zeros((d_out,))) if bias else None
+        self.dtype = dtype
 
     def __call__(self, x):
-        return F.dense(x, self.kernel[...], None if self.bias is None else self.bias[...])
+        kernel, bias = self.kernel[...], None if self.bias is None else self.bias[...]
+        if self.dtype is not None:
+            x, kernel = x.astype(self.dtype), kernel.astype(self.dtype)
+            bias = None if bias is None else bias.astype(self.dtype)
+        return F.dense(x, kernel, bias)
 
 
 class LayerNorm(nnx.Module):
@@ -57,6 +64,27 @@ class LayerNorm(nnx.Module):
 
     def __call__(self, x):
         return F.layer_norm(x, self.scale[...], None if self.bias is None else self.bias[...], self.eps)
+
+
+def _dense(config: ModelConfig, rngs: nnx.Rngs, d_in: int, d_out: int, *, bias: bool) -> Dense:
+    return Dense(d_in, d_out, bias=bias, init=config.init, rngs=rngs, dtype=_compute_dtype(config))
+
+
+def _compute_dtype(config: ModelConfig):
+    """None for float32 (nothing cast: the float32 step is the one measured); else the compute dtype."""
+    return None if config.dtype == "float32" else jnp.dtype(config.dtype)
+
+
+def resolve_attention(config: ModelConfig, backend: str | None = None) -> str:
+    """The attention backend a config runs with: its own choice, or for "auto" the fastest here.
+
+    Measured (`python -m experiments.throughput --attention ...`): on a CPU the reference path
+    (causal halves) is fastest at the chapter's contexts; on a GPU/TPU the fused kernel.
+    """
+    if config.attention != "auto":
+        return config.attention
+    backend = backend or jax.default_backend()
+    return "fused" if backend in ("gpu", "cuda", "rocm", "tpu") and config.dropout == 0 else "reference"
 
 
 def _dropout(config: ModelConfig, rngs: nnx.Rngs):
@@ -112,6 +140,7 @@ class _Attention(nnx.Module):
     """
 
     def _hooks(self):
+        self.backend = resolve_attention(self.config)
         self.mask = CausalMask()
         self.hook_q, self.hook_k, self.hook_v = Hook(), Hook(), Hook()
         self.hook_scores, self.hook_weights, self.hook_z = Hook(), Hook(), Hook()
@@ -122,10 +151,15 @@ class _Attention(nnx.Module):
             q, k = F.apply_rope(q, base=cfg.rope_base), F.apply_rope(k, base=cfg.rope_base)
         q, k, v = self.hook_q(q), self.hook_k(k), self.hook_v(v)
         bias = F.alibi_bias(q.shape[-3], T) if cfg.positions == "alibi" else None
-        if self.mask.causal and not (self.hook_scores.needs_full_scores or self.hook_weights.needs_full_scores):
-            # F.attention_weights under the causal mask, minus its all-masked quarter.
+        if not self.mask.causal or self.hook_scores.needs_full_scores or self.hook_weights.needs_full_scores:
+            out = None     # a swapped mask, or scores/weights to record or patch: every score is needed
+        elif self.backend == "chunked":        # never builds the T×T matrix: O(T) memory
+            out = F.memory_efficient_attention(q, k, v, causal=True, chunk_size=cfg.attention_chunk, scale=cfg.scale)
+        elif self.backend == "fused":
+            out = F.fused_attention(q, k, v, bias=bias, causal=True, scale=cfg.scale)
+        else:   # F.attention_weights under the causal mask, minus its all-masked quarter.
             out, _ = F.causal_attention(q, k, v, bias=bias, scale=cfg.scale, dropout=self.weight_dropout)
-        else:   # the reference path, one masked softmax over every score
+        if out is None:   # the reference path, one masked softmax over every score
             scores = F.attention_scores(q, k, scale=cfg.scale)
             scores = self.hook_scores(scores if bias is None else scores + bias)
             w = self.hook_weights(F.masked_softmax(scores, self.mask(T)))
@@ -140,9 +174,9 @@ class Head(_Attention):
         d, dh = config.d_model, config.head_dim
         self.config = config
         self.weight_dropout = _dropout(config, rngs)
-        self.q = Dense(d, dh, bias=config.qkv_bias, init=config.init, rngs=rngs)
-        self.k = Dense(d, dh, bias=config.qkv_bias, init=config.init, rngs=rngs)
-        self.v = Dense(d, dh, bias=config.qkv_bias, init=config.init, rngs=rngs)
+        self.q = _dense(config, rngs, d, dh, bias=config.qkv_bias)
+        self.k = _dense(config, rngs, d, dh, bias=config.qkv_bias)
+        self.v = _dense(config, rngs, d, dh, bias=config.qkv_bias)
         self._hooks()
 
     def __call__(self, x):                                   # [B, T, D] -> [B, T, D_head]
@@ -156,8 +190,8 @@ class MultiHeadAttention(_Attention):
     def __init__(self, config: ModelConfig, *, rngs: nnx.Rngs):
         d, h, dh = config.d_model, config.num_heads, config.head_dim
         self.config = config
-        self.qkv = Dense(d, 3 * h * dh, bias=config.qkv_bias, init=config.init, rngs=rngs)   # one matmul for all
-        self.out = Dense(h * dh, d, bias=config.bias, init=config.init, rngs=rngs)
+        self.qkv = _dense(config, rngs, d, 3 * h * dh, bias=config.qkv_bias)   # one matmul for all
+        self.out = _dense(config, rngs, h * dh, d, bias=config.bias)
         self.weight_dropout = _dropout(config, rngs)
         self._hooks()
 
@@ -175,8 +209,8 @@ class FeedForward(nnx.Module):
     """Computation within a position: widen 4×, exact GELU, narrow back."""
 
     def __init__(self, config: ModelConfig, *, rngs: nnx.Rngs):
-        self.up = Dense(config.d_model, config.d_ff, bias=config.bias, init=config.init, rngs=rngs)
-        self.down = Dense(config.d_ff, config.d_model, bias=config.bias, init=config.init, rngs=rngs)
+        self.up = _dense(config, rngs, config.d_model, config.d_ff, bias=config.bias)
+        self.down = _dense(config, rngs, config.d_ff, config.d_model, bias=config.bias)
 
     def __call__(self, x):
         return self.down(F.gelu(self.up(x)))
@@ -245,7 +279,7 @@ class LanguageModel(nnx.Module):
         self.ln_f = (LayerNorm(d, bias=config.bias, eps=config.ln_eps)
                      if config.layer_norm and config.norm == "pre" else None)
         self.lm_head = None if config.tie_embeddings else \
-            Dense(d, config.vocab_size, bias=config.bias, init=config.init, rngs=rngs)
+            _dense(config, rngs, d, config.vocab_size, bias=config.bias)
         self.hook_embed, self.hook_positions, self.hook_final = Hook(), Hook(), Hook()
         self.hook_ln_final, self.hook_logits = Hook(), Hook()
 
@@ -253,12 +287,14 @@ class LanguageModel(nnx.Module):
         """Token ids [B, T] -> the residual stream's start [B, T, D]: token vectors plus positions."""
         cfg, T = self.config, tokens.shape[-1]
         check_ids(tokens, cfg.vocab_size)
-        x = self.hook_embed(self.token_embed(tokens))
+        dtype = _compute_dtype(cfg)
+        x = self.token_embed(tokens)
+        x = self.hook_embed(x if dtype is None else x.astype(dtype))
         if cfg.positions == "learned":
             if T > cfg.position_rows:
                 raise ConfigError(f"{T} tokens exceed the learned position table ({cfg.position_rows} rows); "
                                   "raise max_positions")
-            x = x + self.hook_positions(self.position_embed.embedding[:T])
+            x = x + self.hook_positions(self.position_embed.embedding[:T].astype(x.dtype))
         elif cfg.positions == "sinusoidal":
             x = x + self.hook_positions(F.sinusoidal_positions(T, cfg.d_model).astype(x.dtype))
         return x if self.drop is None else self.drop(x)
@@ -269,7 +305,7 @@ class LanguageModel(nnx.Module):
         if self.ln_f is not None:
             x = self.hook_ln_final(self.ln_f(x))
         if self.lm_head is None:
-            return self.hook_logits(jnp.einsum("...D,VD->...V", x, self.token_embed.embedding[...]))
+            return self.hook_logits(jnp.einsum("...D,VD->...V", x, self.token_embed.embedding[...].astype(x.dtype)))
         return self.hook_logits(self.lm_head(x))
 
     def __call__(self, tokens):

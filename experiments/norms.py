@@ -179,11 +179,12 @@ def init_figure(init: dict, title: str, book: bool):
         if len(seeds) > 1:
             ax.fill_between(blocks, seeds.min(axis=0), seeds.max(axis=0), color=f"C{i}", alpha=0.2,
                             label=f"{norm}-norm, seed range")
-        if book:
+        if book and len(blocks) == N_LAYERS:     # the book prints blocks 1 and 12 only
             b = BOOK_INIT[norm]
-            ax.plot([1, len(blocks)], [b["first"], b["last"]], "x", color=f"C{i}", markersize=10,
-                    markeredgewidth=2, label=f"{norm}-norm, book (blocks 1 and {len(blocks)})")
-    ax.set(xlabel="block", ylabel="gradient norm at initialisation", title=title)
+            ax.plot([1, N_LAYERS], [b["first"], b["last"]], "x", color=f"C{i}", markersize=10,
+                    markeredgewidth=2, label=f"{norm}-norm, book (blocks 1 and {N_LAYERS})")
+    ax.set(xlabel="block", ylabel="gradient norm at initialisation")
+    fig.suptitle(title)
     ax.set_xticks(range(1, len(init[NORMS[0]]["per_block"]) + 1))
     ax.grid(True, alpha=0.3)
     ax.legend(fontsize=8, loc="center left", bbox_to_anchor=(1.02, 0.5))
@@ -287,7 +288,8 @@ def run(ctx) -> Result:
                   config={"train": dataclasses.asdict(tc), "warmup_steps": warm, "seeds": table.seeds,
                           "init_seeds": init_seeds, "probe": {"batch_size": batch, "batches": n_batches,
                                                               "data_seed": PROBE_SEED},
-                          "models": {n: model_config(n, ctx.preset).to_dict() for n in NORMS}, "data": table.describe()},
+                          "models": {n: model_config(n, ctx.preset).to_dict() for n in NORMS},
+                          "data": table.describe()},
                   extra={"init": init_rows})
 
 

@@ -204,3 +204,16 @@ def test_train_config_accepts_its_defaults_and_the_edges_of_each_range():
 def test_replace_validates_train_config_again():
     with pytest.raises(ConfigError, match="lr=nan"):
         dataclasses.replace(TrainConfig(), lr=NAN)
+
+
+@pytest.mark.parametrize("change, needle", [
+    ({"attention": "flash"}, "attention='flash'; choose one of auto, reference, chunked, fused"),
+    ({"attention": "chunked", "positions": "alibi"}, "cannot do positions='alibi'"),
+    ({"attention": "fused", "dropout": 0.1}, "has no dropout on its weights"),
+    ({"dtype": "float16"}, "dtype='float16'; choose one of float32, bfloat16"),
+    ({"attention_chunk": 0}, "attention_chunk=0 must be a positive integer"),
+])
+def test_an_attention_backend_that_cannot_do_a_config_is_refused_at_construction(change, needle):
+    with pytest.raises(ConfigError) as info:
+        ModelConfig(**change)
+    assert needle in str(info.value) and "\n" not in str(info.value)

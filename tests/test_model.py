@@ -219,3 +219,54 @@ def test_dropout_is_random_in_train_mode_and_deterministic_after_eval():
     assert np.abs(model(idx) - model(idx)).max() > 1e-4
     model.eval()
     chex.assert_trees_all_close(model(idx), model(idx), atol=0)
+
+
+# --- attention backends and mixed precision ---------------------------------------------------
+
+@pytest.mark.parametrize("backend", ["chunked", "fused"])
+@pytest.mark.parametrize("mixer, positions", [("heads", "learned"), ("heads", "rope"), ("head", "rope"),
+                                              ("heads", "alibi"), ("heads", "none")])
+def test_every_attention_backend_equals_the_reference_forward_and_gradients(backend, mixer, positions):
+    if backend == "chunked" and positions == "alibi":
+        pytest.skip("refused at construction (test_the_chunked_backend_refuses_a_bias)")
+    cfg = config(mixer=mixer, positions=positions, attention="reference", attention_chunk=4)   # T=8: two chunks
+    ref = randomize(LanguageModel(cfg, rngs=nnx.Rngs(0)))
+    other = LanguageModel(dataclasses.replace(cfg, attention=backend), rngs=nnx.Rngs(1))
+    nnx.update(other, nnx.state(ref, nnx.Param))                                       # the same weights
+    assert other.blocks[0].mixer.backend == backend and ref.blocks[0].mixer.backend == "reference"
+    idx = tokens()
+    chex.assert_trees_all_close(other(idx), ref(idx), atol=2e-5)
+    loss = lambda m: jnp.mean(jax.nn.log_softmax(m(idx))[..., 0])
+    chex.assert_trees_all_close(nnx.state(nnx.grad(loss)(other), nnx.Param), nnx.state(nnx.grad(loss)(ref), nnx.Param),
+                                atol=2e-5)
+
+
+def test_auto_is_reference_on_a_cpu_and_fused_on_an_accelerator():
+    from attention_jax.model import resolve_attention
+    cfg = config(attention="auto")
+    assert resolve_attention(cfg, "cpu") == "reference"
+    assert resolve_attention(cfg, "gpu") == resolve_attention(cfg, "tpu") == "fused"
+    assert resolve_attention(dataclasses.replace(cfg, dropout=0.1), "gpu") == "reference"   # fused has no dropout
+    assert resolve_attention(config(attention="chunked"), "gpu") == "chunked"
+
+
+def test_a_recorded_attention_takes_the_reference_path_whatever_the_backend():
+    from attention_jax.inspect import run_with_cache
+    cfg = config(attention="chunked", attention_chunk=4)
+    model = LanguageModel(cfg, rngs=nnx.Rngs(0))
+    logits, cache = run_with_cache(model, tokens(), names="blocks.0.mixer.weights")
+    chex.assert_shape(cache["blocks.0.mixer.weights"], (B, 4, T, T))
+    chex.assert_trees_all_close(logits, model(tokens()), atol=2e-5)
+
+
+def test_bfloat16_computes_in_half_precision_and_keeps_float32_parameters():
+    cfg = config(dtype="bfloat16")
+    model = LanguageModel(cfg, rngs=nnx.Rngs(0))
+    f32 = LanguageModel(config(), rngs=nnx.Rngs(0))
+    assert all(p.dtype == jnp.float32 for p in jax.tree.leaves(nnx.state(model, nnx.Param)))
+    logits = model(tokens())
+    assert logits.dtype == jnp.bfloat16 and bool(jnp.all(jnp.isfinite(logits.astype(jnp.float32))))
+    # the same weights: bfloat16 rounds to ~3 significant digits, no more
+    np.testing.assert_allclose(np.asarray(logits, np.float32), np.asarray(f32(tokens())), atol=0.15, rtol=0.05)
+    grads = nnx.grad(lambda m: jnp.mean(m(tokens()).astype(jnp.float32)))(model)
+    assert all(g.dtype == jnp.float32 for g in jax.tree.leaves(nnx.state(grads, nnx.Param)))

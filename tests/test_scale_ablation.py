@@ -6,6 +6,7 @@ import contextlib
 import io
 import json
 import math
+import re
 
 import numpy as np
 import pytest
@@ -53,8 +54,9 @@ def test_rows_columns_claims_and_per_seed_verdicts(run):
     for header in ("val ppl ÷√d", "val ppl no ÷", "gain (no ÷ − ÷√d)", "book gain", "score std init",
                    "score std trained", "entropy init", "entropy trained", "> 0.99 init", "> 0.99 trained"):
         assert header in table
-    for book in ("21 → 5147", "→ 3.44", "99.9%", "| 17 |", "≈0"):       # the book's figures beside ours
+    for book in ("21 → 5147", "→ 3.44", "99.9%", "≈0"):       # the book's figures beside ours
         assert book in table
+    assert re.search(r"\| d1024 \|.*\|\s+17 \|$", table, re.M)
     claims = results["claims"]
     assert [c["claim"].split(" (")[0] for c in claims] == [
         "÷√d makes no meaningful difference at d_head 32",
@@ -107,7 +109,7 @@ def test_score_statistics_by_hand():
     one_hot[..., np.arange(n), np.arange(n)] = 1.0          # every row on its own token
     got = {k: float(v) for k, v in sa.score_stats(scores, one_hot).items()}
     assert got["entropy"] == 0.0 and got["frozen"] == 1.0
-    almost = one_hot * 0.985 + uniform * 0.015                # max < 0.99 on every row past row 0
+    almost = one_hot * 0.975 + uniform * 0.025                # max <= 0.9875 on every row past row 0
     assert float(sa.score_stats(scores, almost)["frozen"]) == 0.0
     assert math.isclose(sa.uniform_entropy(2), math.log(2) / 1)
 

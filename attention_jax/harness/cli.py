@@ -14,11 +14,12 @@ import hashlib
 import math
 import os
 import pathlib
+import signal
 import sys
 import tempfile
 from typing import Mapping, Sequence
 
-from attention_jax.errors import ConfigError, UserError
+from attention_jax.errors import STOP, ConfigError, UserError
 
 EXIT_USER_ERROR, EXIT_INTERRUPTED = 2, 130
 SMOKE_NOTE = ("smoke preset: a plumbing check of a few steps; its figures and claims mean nothing at this "
@@ -71,6 +72,10 @@ def add_training_args(p: argparse.ArgumentParser, rows: Sequence[str]) -> argpar
                    help="also measure the table's figures every N steps (curves.png, results.json)")
     p.add_argument("--seeds", type=positive_int, default=1, help="train N seeds at once (vmap): mean ± std, "
                    "and every claim checked per seed")
+    p.add_argument("--attention", choices=("auto", "reference", "chunked", "fused"), default=None,
+                   help="how attention is computed (default: the config's, auto: fastest on this backend)")
+    p.add_argument("--dtype", choices=("float32", "bfloat16"), default=None,
+                   help="compute dtype (bfloat16: mixed precision; parameters and optimizer stay float32)")
     p.add_argument("--data", default=None, help="tinyshakespeare.txt or a folder holding it")
     p.add_argument("--corpus", default=None, metavar="PATH",
                    help="train on your own UTF-8 text file instead (its own BPE; no book figures)")
@@ -159,6 +164,18 @@ def exclusive(folder: pathlib.Path):
             yield
         finally:
             fcntl.flock(handle, fcntl.LOCK_UN)
+
+
+def catch_interrupts() -> None:
+    """Ctrl-C raises KeyboardInterrupt as usual and also leaves a note the training loop checks.
+
+    An interrupt that lands inside one of XLA's own callbacks (during a compile, say) is
+    reported as "ignored" by Python and lost; the note makes the loop stop at its next step.
+    """
+    def handler(signum, frame):
+        STOP.set()
+        raise KeyboardInterrupt
+    signal.signal(signal.SIGINT, handler)
 
 
 def report_error(e: BaseException) -> int:

@@ -39,6 +39,12 @@ class Context:
     def progress(self) -> bool:
         return not getattr(self.args, "no_progress", False)
 
+    def model(self, config):
+        """A row's ModelConfig with the command line's --attention / --dtype applied."""
+        change = {k: getattr(self.args, k, None) for k in ("attention", "dtype")}
+        change = {k: v for k, v in change.items() if v is not None}
+        return dataclasses.replace(config, **change) if change else config
+
 
 @dataclasses.dataclass
 class Result:
@@ -94,6 +100,11 @@ class Experiment:
 
     def execute(self, args: argparse.Namespace) -> Result:
         ctx = self.context(args)
+        from attention_jax.harness.platform import check_backend, describe_backend   # imports JAX: after --help
+        print(describe_backend(), flush=True)
+        warning = check_backend()
+        if warning:   # a GPU/TPU plugin JAX cannot use: say so loudly, then run on what there is
+            print(warning, file=sys.stderr, flush=True)
         with cli.exclusive(ctx.folder):
             result = self.run(ctx)
             result.name, result.preset = self.name, ctx.preset
@@ -116,6 +127,7 @@ class Experiment:
         """The command line: run, print, save; one line and exit 2 for a user error, 130 for Ctrl-C."""
         if argv is None:   # a command-line run (tests pass argv): keep XLA's scratch memory
             apply_mallopt()
+            cli.catch_interrupts()
         try:
             self.execute(self.parser().parse_args(argv))
         except UserError as e:

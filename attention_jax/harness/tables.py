@@ -53,8 +53,9 @@ class TextTable:
     def train(self, name: str, model_config: ModelConfig, *, train_config: TrainConfig | None = None,
               measures: Mapping[str, rows.Measure] | None = None) -> dict:
         """Train (or reload) one row; its record with mean/std/per-seed train and val perplexity."""
+        from attention_jax.model import resolve_attention
         from attention_jax.train import text_task
-        tc = train_config or self.ctx.settings
+        tc, model_config = train_config or self.ctx.settings, self.ctx.model(model_config)
         task = text_task(*self.splits, batch_size=tc.batch_size, context=model_config.context,
                          train_eval_windows=tc.train_eval_windows, identity=self.corpus.identity())
         record = rows.train_row(name, model_config, tc, task, preset=self.ctx.preset, seeds=self.seeds,
@@ -64,6 +65,7 @@ class TextTable:
             record[figure], record[f"{figure}_std"], record[f"{figure}_seeds"] = rows.summary(record, figure)
         record["train"], record["val"] = (rows.fmt(record["train_ppl"], record["train_ppl_std"]),
                                           rows.fmt(record["val_ppl"], record["val_ppl_std"]))
+        record["attention"] = resolve_attention(model_config)     # what "auto" chose on this backend
         return record
 
     def load_model(self, record: dict, *, seed: int = 0):
@@ -71,6 +73,7 @@ class TextTable:
 
     def describe(self) -> dict:
         """What results.json says about the data."""
+        from attention_jax.harness.platform import backend_summary
         train, val = self.splits
-        return {"corpus": self.corpus.name, "sha256": self.corpus.sha256, "path": str(self.corpus.path),
+        return {"backend": backend_summary(), "corpus": self.corpus.name, "sha256": self.corpus.sha256, "path": str(self.corpus.path),
                 "train_tokens": int(len(train)), "val_tokens": int(len(val)), "book_figures": self.book}

@@ -24,7 +24,7 @@ import jax
 import numpy as np
 from tqdm.auto import tqdm
 
-from attention_jax.errors import TrainingDiverged
+from attention_jax.errors import STOP, TrainingDiverged
 from attention_jax.train.checkpoints import Checkpoints
 from attention_jax.train.engine import Engine
 from attention_jax.train.tasks import Task
@@ -96,6 +96,8 @@ def fit(engine: Engine, task: Task, *, seeds: Sequence[int] = (0,), workdir: str
     bar = tqdm(total=tc.steps, initial=start, desc=desc, disable=not progress, dynamic_ncols=True, leave=False)
     try:
         for step in range(start, tc.steps):
+            if STOP.is_set():
+                raise KeyboardInterrupt
             state, metrics = engine.step(state, engine.shard([task.sample(s, step) for s in seeds]))
             done = step + 1
             pending.append((done, metrics))
@@ -117,6 +119,8 @@ def fit(engine: Engine, task: Task, *, seeds: Sequence[int] = (0,), workdir: str
         raise
     finally:
         bar.close()
+    if STOP.is_set():
+        raise KeyboardInterrupt
     seconds = time.perf_counter() - t0
     if ckpt:            # the finished state first (its loss is finite): an interrupted evaluation redoes only itself
         if ckpt.latest_step() != tc.steps:

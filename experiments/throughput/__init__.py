@@ -19,13 +19,13 @@ import json
 import os
 import sysconfig
 
-import numpy as np
-
 from attention_jax.errors import ConfigError, UserError
 from attention_jax.harness import cli, report
 from attention_jax.harness.experiment import Experiment, Result
 from experiments.configs import ONE_BLOCK
-from experiments.throughput.worker import CONTEXT, MALLOPT_ENV, take_turns
+from attention_jax.harness.platform import MALLOPT_ENV
+
+CONTEXT = 128   # the ladder's window
 
 NAME = "throughput"
 PRESETS = {   # rounds × steps timed per contestant, after `warmup` steps
@@ -67,17 +67,25 @@ def cpu_devices(batch: int) -> int:
     return max(n for n in range(1, min(cores, batch // 32) + 1) if batch % n == 0) if batch >= 32 else 1
 
 
-def contestants(p: dict, allocator: str, torch: bool, one_device: bool,
-                loss_only: bool = False) -> dict[str, tuple[list[str], dict, str]]:
-    """name -> (worker arguments, extra environment, allocator in words)."""
+def contestants(p: dict, allocator: str, torch: bool, one_device: bool, loss_only: bool = False,
+                variants=(("auto", "float32"),), context: int = CONTEXT) -> dict[str, tuple[list[str], dict, str]]:
+    """name -> (worker arguments, extra environment, allocator in words).
+
+    `variants`: (attention, dtype) pairs; the first is "ours", the others "ours (attention, dtype)".
+    """
     found = {**allocators(), "system": ({}, "glibc, default")}
     env, words = found[next(iter(found)) if allocator == "auto" else allocator]
-    devices = str(cpu_devices(p["batch"]))
-    rows = {"ours": (["jax", "--devices", devices], env, words)}
+    devices = str(cpu_devices(p["batch"])) if one_device else "0"
+    rows = {}
+    for i, (attention, dtype) in enumerate(variants):
+        name = "ours" if i == 0 else f"ours ({attention}, {dtype})"
+        rows[name] = (["jax", "--devices", devices, "--attention", attention, "--dtype", dtype,
+                       "--context", str(context)], env, words)
+    first = rows["ours"][0]
     if loss_only:   # the same step without its metrics (grad norms per block, lr): what they cost
-        rows["ours, loss only"] = (["jax", "--devices", devices, "--loss-only"], env, words)
+        rows["ours, loss only"] = (first + ["--loss-only"], env, words)
     if one_device:
-        rows["ours, 1 device"] = (["jax", "--devices", "1"], env, words)
+        rows["ours, 1 device"] = (first[:2] + ["1"] + first[3:], env, words)
     if torch:   # as its users run it, then with each allocator we could have used
         rows["torch"] = (["torch"], {}, "glibc, default")
         rows.update({f"torch + {name}": (["torch"], e, w) for name, (e, w) in found.items() if name != "system"})
@@ -90,10 +98,17 @@ def flags(parser):
     parser.add_argument("--rounds", type=cli.positive_int, default=None, help="turns per contestant (preset's default)")
     parser.add_argument("--allocator", default="auto", help="ours': auto (best found), mimalloc, jemalloc, "
                         "mallopt (glibc tuned in-process) or system (glibc as is)")
+    parser.add_argument("--attention", default="auto", help="comma-separated backends to time: auto, reference, "
+                        "chunked, fused (the first is 'ours')")
+    parser.add_argument("--dtype", default="float32", help="comma-separated compute dtypes: float32, bfloat16")
+    parser.add_argument("--context", type=cli.positive_int, default=CONTEXT, help="tokens per sequence")
+    parser.add_argument("--batch", type=cli.positive_int, default=None, help="sequences per step (preset's default)")
 
 
 def run(ctx) -> Result:
     import importlib.util
+
+    import numpy as np   # here, not at the top: a worker process imports this package before its mallopt
 
     from attention_jax.harness.platform import accelerator
     from attention_jax.inspect import param_breakdown   # imports JAX: after --help
@@ -104,38 +119,58 @@ def run(ctx) -> Result:
     worker_env = dict(os.environ)
     # This process only looks for an accelerator; on a GPU it must not reserve its memory.
     os.environ.setdefault("XLA_PYTHON_CLIENT_PREALLOCATE", "false")
-    p = {**ctx.settings, **({"rounds": args.rounds} if args.rounds else {})}
-    cfg = ONE_BLOCK
+    p = {**ctx.settings, **({"rounds": args.rounds} if args.rounds else {}),
+         **({"batch": args.batch} if args.batch else {})}
+    attentions = cli.choose_names(args.attention, ["auto", "reference", "chunked", "fused"], "attention")
+    dtypes = cli.choose_names(args.dtype, ["float32", "bfloat16"], "dtype")
+    variants = [(a, d) for d in dtypes for a in attentions]
+    cfg, T = ONE_BLOCK, args.context
     n_params = sum(n for part, n in param_breakdown(cfg).items() if part not in ("token_embed", "position_embed"))
-    tokens = p["batch"] * CONTEXT
-    flops = tokens * (6 * n_params + 12 * cfg.n_layers * CONTEXT * cfg.d_model)
+    tokens = p["batch"] * T
+    flops = tokens * (6 * n_params + 12 * cfg.n_layers * T * cfg.d_model)
     if args.allocator not in ("auto", "system", *allocators()):
         raise ConfigError(f"--allocator {args.allocator}: not available here; choose auto, system or one "
                           f"found: {', '.join(allocators())}")
     on_cpu = accelerator() is None
-    rows = contestants(p, args.allocator, torch=not args.no_torch, one_device=on_cpu, loss_only=True)
+    rows = contestants(p, args.allocator, torch=not args.no_torch and T == CONTEXT, one_device=on_cpu,
+                       loss_only=True, variants=variants, context=T)
+    from experiments.throughput.worker import take_turns   # the worker module is also run as a script
     got = take_turns(rows, p, worker_env)
+    if got["ours"].get("failed"):
+        raise UserError(f"our step could not run at context {T}, batch {p['batch']} (out of memory?); "
+                        "try --attention chunked or a smaller --batch")
     peak = got["ours"]["peak_flops"]
     ours_ms = 1e3 * float(np.median(got["ours"]["times"]))
     records = []
     for name, r in got.items():
+        if r.get("failed"):
+            records.append(dict(name=name, allocator=rows[name][2], ms="failed (out of memory?)"))
+            continue
         ms, p25, p75 = (float(np.percentile(1e3 * np.asarray(r["times"]), q)) for q in (50, 25, 75))
+        own_peak = r.get("peak_flops") or peak        # MFU against the matmul peak in the contestant's dtype
         records.append(dict(name=name, allocator=rows[name][2], backend=r["backend"], ms=ms, p25=p25, p75=p75,
+                            attention=r.get("attention", "-"), dtype=r.get("dtype", "float32"),
+                            peak_gflops=own_peak / 1e9,
                             parallel=f"{r['devices']} device(s)" if "devices" in r else f"{r['threads']} threads",
-                            tokens_per_s=tokens / ms * 1e3, mfu=flops / ms * 1e3 / peak, vs_ours=ms / ours_ms))
+                            tokens_per_s=tokens / ms * 1e3, mfu=flops / ms * 1e3 / own_peak, vs_ours=ms / ours_ms))
     by = {r["name"]: r for r in records}
-    columns = [("name", "contestant", ""), ("allocator", "allocator", ""), ("parallel", "parallel", ""),
+    columns = [("name", "contestant", ""), ("attention", "attention", ""), ("dtype", "dtype", ""),
+               ("allocator", "allocator", ""), ("parallel", "parallel", ""),
                ("ms", "ms/step (median)", ".1f"), ("p25", "p25", ".1f"), ("p75", "p75", ".1f"),
-               ("tokens_per_s", "tokens/s", ",.0f"), ("mfu", "MFU", ".2f"), ("vs_ours", "ms / ours", ".2f")]
+               ("tokens_per_s", "tokens/s", ",.0f"), ("peak_gflops", "matmul peak GFLOP/s", ",.0f"),
+               ("mfu", "MFU", ".2f"), ("vs_ours", "ms / ours", ".2f")]
     summary = dict(ms_per_step=ours_ms, tokens_per_s=by["ours"]["tokens_per_s"], mfu=by["ours"]["mfu"],
+                   attention=by["ours"]["attention"], dtype=by["ours"]["dtype"], context=T,
+                   variants={r["name"]: {k: r.get(k) for k in ("attention", "dtype", "ms", "tokens_per_s", "mfu")}
+                             for r in records if r["name"].startswith("ours (")},
                    backend=by["ours"]["backend"], devices=got["ours"]["devices"], allocator=rows["ours"][2],
                    mallopt=got["ours"]["mallopt"], allocators_found=list(allocators()),
                    flops_per_step=flops, flops_per_s=flops / ours_ms * 1e3, peak_flops=peak, batch=p["batch"])
     if "ours, loss only" in by:   # what the step's metrics (grad norms per block, lr) cost
         summary["metrics_cost"] = ours_ms / by["ours, loss only"]["ms"] - 1
     claims = []
-    if "torch" in by:
-        torch_refs = {n: r["ms"] for n, r in by.items() if n.startswith("torch")}
+    if "torch" in by and isinstance(by["torch"]["ms"], float):
+        torch_refs = {n: r["ms"] for n, r in by.items() if n.startswith("torch") and isinstance(r["ms"], float)}
         best = min(torch_refs, key=torch_refs.get)
         summary.update(torch_ms_per_step=by["torch"]["ms"], ratio=ours_ms / by["torch"]["ms"],
                        torch_best=best, torch_best_ms_per_step=torch_refs[best],
@@ -146,8 +181,8 @@ def run(ctx) -> Result:
                                ours_ms < torch_refs[best], f"{ours_ms:.1f} vs {torch_refs[best]:.1f} ms/step, "
                                f"{best} (ratio {summary['ratio_best']:.2f})", torch_refs[best] - ours_ms)]
     else:
-        print("torch not timed (--no-torch): ours alone, no comparison")
-    print(f"{tokens:,} tokens/step, {flops / 1e9:.2f} GFLOP/step (6·{n_params:,} + 12·L·T·d per token), "
+        print("torch not timed (--no-torch, or a context other than the twin's 128): ours alone")
+    print(f"context {T}, {tokens:,} tokens/step, {flops / 1e9:.2f} GFLOP/step (6·{n_params:,} + 12·L·T·d per token), "
           f"matmul peak {peak / 1e9:.0f} GFLOP/s"
           + (f"; the step's metrics cost {100 * summary['metrics_cost']:+.1f}%" if "metrics_cost" in summary else ""))
     if args.json:
