@@ -80,6 +80,13 @@ def add_training_args(p: argparse.ArgumentParser, rows: Sequence[str]) -> argpar
     p.add_argument("--corpus", default=None, metavar="PATH",
                    help="train on your own UTF-8 text file instead (its own BPE; no book figures)")
     p.add_argument("--fresh", action="store_true", help="ignore finished rows and checkpoints; retrain")
+    multi = p.add_argument_group("more than one process (one per host or GPU; see README)")
+    multi.add_argument("--coordinator", default=None, metavar="HOST:PORT",
+                       help="process 0's address (or $JAX_COORDINATOR_ADDRESS)")
+    multi.add_argument("--num-processes", type=positive_int, default=None, help="(or $JAX_NUM_PROCESSES)")
+    multi.add_argument("--process-id", type=int, default=None, help="this process, 0 .. N-1 (or $JAX_PROCESS_ID)")
+    multi.add_argument("--distributed", action="store_true",
+                       help="let JAX find the processes itself (Cloud TPU pod slice, SLURM, Open MPI)")
     p.add_argument("--no-progress", action="store_true", help="no progress bars")
     return p
 
@@ -176,6 +183,19 @@ def catch_interrupts() -> None:
         STOP.set()
         raise KeyboardInterrupt
     signal.signal(signal.SIGINT, handler)
+
+
+def join_processes(args) -> None:
+    """Start JAX's distributed runtime when the flags or the environment name other processes."""
+    named = getattr(args, "coordinator", None) or os.environ.get("JAX_COORDINATOR_ADDRESS")
+    if named or getattr(args, "distributed", False):
+        from attention_jax.train.distributed import initialize   # imports JAX: before anything touches it
+        try:
+            initialize(getattr(args, "coordinator", None), getattr(args, "num_processes", None),
+                       getattr(args, "process_id", None), auto=getattr(args, "distributed", False))
+        except (RuntimeError, ValueError) as e:
+            raise ConfigError(f"cannot join the other processes ({' '.join(str(e).split())[:300]}); check "
+                              "--coordinator, --num-processes and --process-id") from None
 
 
 def report_error(e: BaseException) -> int:

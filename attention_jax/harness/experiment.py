@@ -14,6 +14,7 @@ inline in a notebook and are saved as files everywhere.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import dataclasses
 import os
 import pathlib
@@ -89,6 +90,7 @@ class Experiment:
         return p
 
     def context(self, args: argparse.Namespace) -> Context:
+        cli.join_processes(args)
         preset, settings = cli.choose_preset(args.preset, self.presets)
         folder = cli.results_folder(args.out, self.name)
         chosen = []
@@ -105,10 +107,11 @@ class Experiment:
         warning = check_backend()
         if warning:   # a GPU/TPU plugin JAX cannot use: say so loudly, then run on what there is
             print(warning, file=sys.stderr, flush=True)
-        with cli.exclusive(ctx.folder):
+        from attention_jax.train.distributed import is_writer
+        with cli.exclusive(ctx.folder) if is_writer() else contextlib.nullcontext():
             result = self.run(ctx)
             result.name, result.preset = self.name, ctx.preset
-            result.folder = report.publish(ctx.folder, result)
+            result.folder = report.publish(ctx.folder, result) if is_writer() else ctx.folder
         return result
 
     def __call__(self, **options) -> Result:

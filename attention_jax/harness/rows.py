@@ -150,6 +150,9 @@ def _every(log: list[dict], n: int) -> list[dict]:
 
 def _write(path: pathlib.Path, record: dict) -> None:
     from attention_jax.harness import report
+    from attention_jax.train.distributed import is_writer
+    if not is_writer():   # with several processes, process 0 keeps the records
+        return
     report.atomic_write(path, json.dumps(report._jsonable({k: v for k, v in record.items() if k != "cached"}),
                                          indent=1))
 

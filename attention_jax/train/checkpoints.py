@@ -27,6 +27,7 @@ import numpy as np
 import orbax.checkpoint as ocp
 
 from attention_jax.errors import CheckpointError
+from attention_jax.train.distributed import barrier, is_writer, to_host
 
 KEEP = 2   # the latest step and one to fall back to
 
@@ -37,7 +38,7 @@ def state_digest(state) -> str:
     for leaf in jax.tree.leaves(state):
         if jnp.issubdtype(leaf.dtype, jax.dtypes.prng_key):
             leaf = jax.random.key_data(leaf)
-        digest.update(np.ascontiguousarray(jax.device_get(leaf)).tobytes())
+        digest.update(np.ascontiguousarray(to_host(leaf)).tobytes())
     return digest.hexdigest()
 
 
@@ -68,11 +69,13 @@ class Checkpoints:
             elif stored != fingerprint:
                 raise CheckpointError(f"the checkpoint in {self.dir} was made by another configuration; "
                                       "delete that folder or choose another --out")
-        if not resume and self.dir.exists():
-            shutil.rmtree(self.dir)
-            self.sums_file.unlink(missing_ok=True)
-        workdir.mkdir(parents=True, exist_ok=True)
-        meta.write_text(json.dumps(fingerprint, indent=1, sort_keys=True))
+        if is_writer():       # process 0 changes the files; the others wait for it below
+            if not resume and self.dir.exists():
+                shutil.rmtree(self.dir)
+                self.sums_file.unlink(missing_ok=True)
+            workdir.mkdir(parents=True, exist_ok=True)
+            meta.write_text(json.dumps(fingerprint, indent=1, sort_keys=True))
+        barrier(f"checkpoints {workdir}")
         sums = _read_json(self.sums_file)
         self.sums = {str(k): v for k, v in sums.items()} if isinstance(sums, dict) else {}
         options = ocp.CheckpointManagerOptions(save_interval_steps=every, max_to_keep=KEEP,
@@ -98,7 +101,7 @@ class Checkpoints:
         return 0, None
 
     def save(self, step: int, state, *, force: bool = False) -> None:
-        if self.manager.save(step, args=ocp.args.StandardSave(state), force=force):
+        if self.manager.save(step, args=ocp.args.StandardSave(state), force=force) and is_writer():
             self.sums = {k: v for k, v in self.sums.items() if int(k) in self.manager.all_steps()}
             self.sums[str(step)] = state_digest(state)
             fd, tmp = tempfile.mkstemp(dir=self.sums_file.parent, prefix=f".{self.sums_file.name}.", suffix=".tmp")

@@ -30,6 +30,7 @@ from attention_jax.config import ModelConfig, TrainConfig
 from attention_jax.data import eval_windows
 from attention_jax.errors import ConfigError
 from attention_jax.model import LanguageModel, check_ids
+from attention_jax.train.distributed import local, put, to_host
 
 
 def lr_schedule(tc: TrainConfig) -> optax.Schedule | float:
@@ -87,7 +88,8 @@ class Engine:
         if self.mesh is not None and train_config.batch_size % len(devices):
             raise ConfigError(f"batch_size={train_config.batch_size} does not split over {len(devices)} "
                               "devices; use a multiple of the device count")
-        self._init = jax.jit(over_seeds(self._init_one))
+        replicated = None if self.mesh is None else NamedSharding(self.mesh, P())
+        self._init = jax.jit(over_seeds(self._init_one), out_shardings=replicated)
         self._step = jax.jit(over_seeds(self._step_one), donate_argnums=0)
         self._nll = jax.jit(over_seeds(self._nll_one, in_axes=(0, None, None, None)))
         self._logits = jax.jit(over_seeds(self._logits_one, in_axes=(0, None)))
@@ -162,9 +164,10 @@ class Engine:
         wp = None if weights is None else np.asarray(weights, np.float32)[rows]
         total, count = 0.0, 0.0
         for i in range(0, len(xp), b):
-            w = None if wp is None else jnp.asarray(wp[i:i + b])
-            s, c = (np.asarray(a, np.float64) for a in self._nll(state, jnp.asarray(xp[i:i + b]),
-                                                                  jnp.asarray(yp[i:i + b]), w))
+            w = None if wp is None else wp[i:i + b]
+            s, c = (np.asarray(a, np.float64) for a in to_host(self._nll(state, self._everywhere(xp[i:i + b]),
+                                                                          self._everywhere(yp[i:i + b]),
+                                                                          None if w is None else self._everywhere(w))))
             keep = min(b, n - i)
             total, count = total + s[..., :keep].sum(axis=-1), count + c[..., :keep].sum(axis=-1)
         return np.atleast_1d(total), np.atleast_1d(count)
@@ -177,12 +180,12 @@ class Engine:
 
     def logits(self, state, x) -> jax.Array:
         """The model's logits for windows x [W, T] (dropout off); [S, W, T, V] when vmapped."""
-        return self._logits(state, jnp.asarray(x))
+        return self._logits(state, self._everywhere(np.asarray(x)))
 
     def model(self, state, seed: int = 0) -> LanguageModel:
         """A usable NNX model holding one seed's parameters (the i-th of a vmapped state)."""
         one = unstack_seed(state, seed) if self.vmapped else state
-        model, _ = nnx.merge(self.graphdef, jax.device_get(one))
+        model, _ = nnx.merge(self.graphdef, local(one))
         return model
 
     # -- devices ----------------------------------------------------------------------------
@@ -190,10 +193,18 @@ class Engine:
         if self.mesh is None:
             return jnp.asarray(a)
         spec = P(None, "data") if self.vmapped else P("data")
-        return jax.device_put(a, NamedSharding(self.mesh, spec))
+        return put(np.asarray(a), NamedSharding(self.mesh, spec))
+
+    def _everywhere(self, a):
+        """An evaluation input, whole on every device (on every process's devices)."""
+        return jnp.asarray(a) if self.mesh is None else put(np.asarray(a), NamedSharding(self.mesh, P()))
 
     def replicate(self, state):
-        return state if self.mesh is None else jax.device_put(state, NamedSharding(self.mesh, P()))
+        if self.mesh is None:
+            return state
+        sharding = NamedSharding(self.mesh, P())
+        return jax.tree.map(lambda a: a if getattr(a, "sharding", None) == sharding else jax.device_put(a, sharding),
+                            state)
 
 
 def unstack_seed(state, i: int):

@@ -26,6 +26,7 @@ from tqdm.auto import tqdm
 
 from attention_jax.errors import STOP, TrainingDiverged
 from attention_jax.train.checkpoints import Checkpoints
+from attention_jax.train.distributed import is_writer, to_host
 from attention_jax.train.engine import Engine
 from attention_jax.train.tasks import Task
 
@@ -59,11 +60,11 @@ def fit(engine: Engine, task: Task, *, seeds: Sequence[int] = (0,), workdir: str
         ckpt = Checkpoints(workdir, tc.checkpoint_every, fingerprint, resume=resume)
     start, state = ckpt.restore(engine.abstract_state(seeds)) if ckpt else (0, None)
     metrics_file = workdir / "metrics.jsonl" if workdir is not None else None
-    if metrics_file is not None and start == 0:
+    if metrics_file is not None and start == 0 and is_writer():
         metrics_file.unlink(missing_ok=True)      # a fresh start: the old run's lines are not ours
 
     def log(record):   # append-only JSON lines; opened per record so no handle outlives fit
-        if metrics_file is not None:
+        if metrics_file is not None and is_writer():
             with metrics_file.open("a") as f:
                 f.write(json.dumps(record) + "\n")
 
@@ -78,7 +79,7 @@ def fit(engine: Engine, task: Task, *, seeds: Sequence[int] = (0,), workdir: str
     pending = []      # step metrics still on the device: fetched together, so no step waits for the host
 
     def flush():
-        for step, m in zip([s for s, _ in pending], jax.device_get([m for _, m in pending])):
+        for step, m in zip([s for s, _ in pending], to_host([m for _, m in pending])):
             record = {"step": step, **{k: np.asarray(v).tolist() for k, v in m.items()}}
             if not np.all(np.isfinite(m["loss"])):
                 raise TrainingDiverged(desc, step, f"the loss is {record['loss']}", tc.lr,
@@ -93,7 +94,7 @@ def fit(engine: Engine, task: Task, *, seeds: Sequence[int] = (0,), workdir: str
     if due(start) and start not in {h["step"] for h in history}:
         log(evaluate(start))     # interrupted between the step and its evaluation
     done, t0 = start, time.perf_counter()
-    bar = tqdm(total=tc.steps, initial=start, desc=desc, disable=not progress, dynamic_ncols=True, leave=False)
+    bar = tqdm(total=tc.steps, initial=start, desc=desc, disable=not progress or not is_writer(), dynamic_ncols=True, leave=False)
     try:
         for step in range(start, tc.steps):
             if STOP.is_set():

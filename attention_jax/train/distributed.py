@@ -1,0 +1,74 @@
+"""More than one process: start JAX's distributed runtime, place host data, read results back.
+
+One process per host (or per GPU), each seeing its local devices; together they form one
+global mesh, and the engine's batch axis is split over all of it. Every process computes
+the same batches (they depend only on seed and step) and hands JAX the rows its own
+devices hold; the parameters are replicated, so any process can read them back. Only
+process 0 writes files (results, logs, checksums); orbax saves and restores checkpoints
+with every process taking part.
+
+    python -m experiments.ladder --coordinator 10.0.0.1:1234 --num-processes 2 --process-id 0   # host 0
+    python -m experiments.ladder --coordinator 10.0.0.1:1234 --num-processes 2 --process-id 1   # host 1
+
+On a Cloud TPU pod slice or under SLURM/Open MPI, `--distributed` lets JAX find all three.
+"""
+from __future__ import annotations
+
+import os
+
+import jax
+import numpy as np
+
+ENV = {"coordinator": "JAX_COORDINATOR_ADDRESS", "num_processes": "JAX_NUM_PROCESSES", "process_id": "JAX_PROCESS_ID"}
+
+
+def initialize(coordinator: str | None = None, num_processes: int | None = None, process_id: int | None = None,
+               *, auto: bool = False) -> bool:
+    """Join the processes of one run (before any JAX computation); False when there is nothing to join."""
+    coordinator = coordinator or os.environ.get(ENV["coordinator"])
+    num_processes = num_processes or (int(os.environ[ENV["num_processes"]]) if os.environ.get(ENV["num_processes"])
+                                      else None)
+    if process_id is None and os.environ.get(ENV["process_id"]):
+        process_id = int(os.environ[ENV["process_id"]])
+    if not auto and not coordinator:
+        return False
+    jax.config.update("jax_cpu_collectives_implementation", "gloo")   # CPU processes talk over TCP
+    if auto:
+        jax.distributed.initialize()
+    else:
+        jax.distributed.initialize(coordinator, num_processes=num_processes, process_id=process_id)
+    return True
+
+
+def is_writer() -> bool:
+    """Process 0 writes the files; the others compute the same things and keep quiet."""
+    return jax.process_index() == 0
+
+
+def put(host: np.ndarray, sharding) -> jax.Array:
+    """Host data onto a (possibly multi-process) sharding: each process supplies its own devices' part."""
+    if jax.process_count() == 1:
+        return jax.device_put(host, sharding)
+    return jax.make_array_from_callback(host.shape, sharding, lambda index: host[index])
+
+
+def local(tree):
+    """Each replicated array as this process's own copy (PRNG keys stay keys), e.g. to build a model."""
+    return jax.tree.map(lambda a: a.addressable_data(0) if isinstance(a, jax.Array) and not a.is_fully_addressable
+                        else jax.device_get(a), tree)
+
+
+def to_host(tree):
+    """Device arrays -> numpy, for replicated arrays even when some of their devices are another process's."""
+    def one(a):
+        if isinstance(a, jax.Array) and not a.is_fully_addressable:
+            return np.asarray(a.addressable_data(0))
+        return np.asarray(jax.device_get(a))
+    return jax.tree.map(one, tree)
+
+
+def barrier(name: str) -> None:
+    """Every process waits here until all have arrived (after process 0 has changed files, say)."""
+    if jax.process_count() > 1:
+        from jax.experimental import multihost_utils
+        multihost_utils.sync_global_devices(name)

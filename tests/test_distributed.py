@@ -1,0 +1,97 @@
+"""More than one process: two CPU processes (one device each, a loopback coordinator) train exactly as
+one process with two devices; only process 0 writes files; orbax saves and restores across them."""
+
+import json
+import os
+import pathlib
+import socket
+import subprocess
+import sys
+
+import numpy as np
+import pytest
+
+REPO = pathlib.Path(__file__).resolve().parents[1]
+
+SCRIPT = """
+import json, sys
+import numpy as np
+from attention_jax.train.distributed import initialize, is_writer, to_host
+pid, n, port, work, out = int(sys.argv[1]), int(sys.argv[2]), sys.argv[3], sys.argv[4], sys.argv[5]
+if n > 1:
+    initialize(f"127.0.0.1:{port}", n, pid)
+import jax
+from attention_jax.config import ModelConfig, TrainConfig
+from attention_jax.train import Engine, fit, text_task
+mc = ModelConfig(vocab_size=64, context=16, d_model=32, n_heads=2)
+tc = TrainConfig(steps=4, batch_size=8, lr=1e-2, eval_batch=8, checkpoint_every=2, log_every=1, train_eval_windows=8)
+tokens = np.random.default_rng(0).integers(0, 64, 4096).astype(np.int32)
+task = text_task(tokens[:3000], tokens[3000:], batch_size=8, context=16, train_eval_windows=8)
+engine = Engine(mc, tc)
+first = fit(engine, task, workdir=work, progress=False)
+again = fit(engine, task, workdir=work, progress=False)          # resumes from the saved final step
+params = {jax.tree_util.keystr(p): np.asarray(a) for p, a in
+          jax.tree_util.tree_leaves_with_path(to_host(jax.tree.map(lambda x: x, first.state)))
+          if a.dtype.kind == "f"}
+if is_writer():
+    np.savez(out, **params)
+    print("RESULT " + json.dumps({"processes": jax.process_count(), "devices": jax.device_count(),
+                                  "losses": [m["loss"] for m in first.train_log], "final": first.final,
+                                  "resumed_from": again.resumed_from, "again": again.final}), flush=True)
+"""
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+@pytest.fixture(scope="module")
+def runs(tmp_path_factory):
+    folder = tmp_path_factory.mktemp("distributed")
+    script = folder / "train.py"
+    script.write_text(SCRIPT)
+    base = dict(os.environ, JAX_PLATFORMS="cpu",
+                PYTHONPATH=os.pathsep.join(filter(None, [str(REPO), os.environ.get("PYTHONPATH")])))
+    port = str(free_port())
+
+    def start(pid, n, devices, name):
+        flags = f"{os.environ.get('XLA_FLAGS', '')} --xla_force_host_platform_device_count={devices}"
+        return subprocess.Popen([sys.executable, str(script), str(pid), str(n), port, str(folder / name / "work"),
+                                 str(folder / name / "params.npz")], cwd=REPO, env=dict(base, XLA_FLAGS=flags),
+                                text=True, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+
+    procs = {"one process, two devices": [start(0, 1, 2, "single")],
+             "two processes": [start(0, 2, 1, "multi"), start(1, 2, 1, "multi")]}
+    got = {}
+    for name, group in procs.items():
+        outs = [p.communicate(timeout=600) for p in group]
+        for p, (stdout, stderr) in zip(group, outs):
+            assert p.returncode == 0, stderr[-3000:]
+        line = next(l for stdout, _ in outs for l in stdout.splitlines() if l.startswith("RESULT "))
+        key = "single" if name.startswith("one") else "multi"
+        got[key] = json.loads(line[7:]) | {"params": dict(np.load(folder / key / "params.npz")),
+                                            "work": folder / key / "work",
+                                            "printed": sum(l.startswith("RESULT ") for s, _ in outs for l in s.splitlines())}
+    return got
+
+
+def test_two_processes_train_like_one_process_with_two_devices(runs):
+    one, two = runs["single"], runs["multi"]
+    assert (one["processes"], one["devices"]) == (1, 2) and (two["processes"], two["devices"]) == (2, 2)
+    np.testing.assert_allclose(two["losses"], one["losses"], rtol=1e-5)
+    assert set(two["params"]) == set(one["params"])
+    for name, value in one["params"].items():
+        np.testing.assert_allclose(two["params"][name], value, rtol=1e-5, atol=1e-6, err_msg=name)
+    np.testing.assert_allclose(two["final"]["val_ppl"], one["final"]["val_ppl"], rtol=1e-5)
+
+
+def test_only_process_0_writes_and_checkpoints_restore_across_processes(runs):
+    two = runs["multi"]
+    assert two["printed"] == 1
+    assert two["resumed_from"] == 4 and two["again"] == two["final"]
+    lines = (two["work"] / "metrics.jsonl").read_text().splitlines()
+    steps = [json.loads(l)["step"] for l in lines]
+    assert steps == [1, 2, 3, 4, 4, 4], steps          # 4 steps, the final evaluation, and the resumed one: once each
+    assert sorted(p.name for p in (two["work"] / "checkpoints").iterdir() if p.name.isdigit()) == ["2", "4"]
