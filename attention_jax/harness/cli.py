@@ -40,24 +40,21 @@ def parser(name: str, description: str, presets: Mapping[str, object] | None = N
     return p
 
 
-def positive_int(text: str) -> int:
-    try:
-        value = int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"{text!r} is not a whole number") from None
-    if value < 1:
-        raise argparse.ArgumentTypeError(f"{value} must be a positive whole number")
-    return value
+def _positive(kind, what: str):
+    """An argparse type: a finite positive number of `kind`, else argparse's one-line error."""
+    def parse(text: str):
+        try:
+            value = kind(text)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"{text!r} is not a {what}") from None
+        if not (math.isfinite(value) and value > 0):
+            raise argparse.ArgumentTypeError(f"{text} must be a {'finite ' if kind is float else ''}positive {what}")
+        return value
+    return parse
 
 
-def positive_float(text: str) -> float:
-    try:
-        value = float(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"{text!r} is not a number") from None
-    if not (math.isfinite(value) and value > 0):
-        raise argparse.ArgumentTypeError(f"{text} must be a finite positive number")
-    return value
+positive_int = _positive(int, "whole number")
+positive_float = _positive(float, "number")
 
 
 def add_training_args(p: argparse.ArgumentParser, rows: Sequence[str]) -> argparse.ArgumentParser:
