@@ -1,0 +1,35 @@
+"""`python -m experiments.all`: every chosen table runs as its own command would, then one REPORT.md
+gathers every table, every claim, the figures and the book's figures beside ours."""
+
+import contextlib
+import io
+
+from experiments import all as everything
+
+
+def test_all_writes_one_report_with_every_table_claim_and_book_figure(tmp_path, capsys):
+    with contextlib.redirect_stdout(io.StringIO()):
+        code = everything.main(["--preset", "smoke", "--only", "averaging,scaling,params", "--out", str(tmp_path)])
+    assert code == 0
+    report = (tmp_path / "REPORT.md").read_text()
+    for name in ("averaging", "scaling", "params"):
+        assert f"\n# {name} (preset: smoke)" in report and (tmp_path / name / "results.json").exists()
+    assert "## The book's figures beside ours" in report and "| 1015.562 |" in report and "124,439,808" in report
+    assert "## Claims:" in report and "pass" in report.split("## Claims:")[1].splitlines()[0]
+    assert "![scaling: jacobian.png](scaling/jacobian.png)" in report and (tmp_path / "scaling" / "jacobian.png").exists()
+    assert "plumbing check" in report                       # smoke says its figures mean nothing
+
+
+def test_an_experiment_that_fails_is_reported_and_the_rest_still_run(tmp_path, capsys, monkeypatch):
+    monkeypatch.setenv("ATTENTION_JAX_DATA", str(tmp_path / "nowhere"))
+    with contextlib.redirect_stdout(io.StringIO()):
+        code = everything.main(["--preset", "smoke", "--only", "averaging,ladder", "--out", str(tmp_path)])
+    assert code == 2
+    report = (tmp_path / "REPORT.md").read_text()
+    assert "**ladder** did not finish:" in report and "\n# averaging (preset: smoke)" in report
+
+
+def test_unknown_experiments_are_one_line_and_exit_2(tmp_path, capsys):
+    assert everything.main(["--only", "ladder,bogus", "--out", str(tmp_path)]) == 2
+    err = capsys.readouterr().err.strip()
+    assert err.startswith("error: unknown experiment 'bogus'") and len(err.splitlines()) == 1
