@@ -24,7 +24,7 @@ import jax
 import numpy as np
 from tqdm.auto import tqdm
 
-from attention_jax.errors import STOP, TrainingDiverged
+from attention_jax.errors import STOP, ConfigError, TrainingDiverged
 from attention_jax.train.checkpoints import Checkpoints
 from attention_jax.train.distributed import is_writer, to_host
 from attention_jax.train.engine import Engine
@@ -52,6 +52,9 @@ class RunResult:
 def fit(engine: Engine, task: Task, *, seeds: Sequence[int] = (0,), workdir: str | pathlib.Path | None = None,
         resume: bool = True, progress: bool = True, desc: str = "train") -> RunResult:
     seeds, tc = [int(s) for s in seeds], engine.train_config
+    if len(seeds) != engine.n_seeds:
+        raise ConfigError(f"{len(seeds)} seed(s) for an engine built for {engine.n_seeds}; "
+                          f"build it with Engine(..., n_seeds={len(seeds)})")
     workdir = pathlib.Path(workdir) if workdir is not None else None
     ckpt = None
     if workdir is not None:
