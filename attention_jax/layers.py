@@ -1,0 +1,134 @@
+"""The parts every model is built of: projections, norms, dropout, and the points inspection swaps.
+
+`Dense` and `LayerNorm` hold float32 parameters and call the functional core; with a
+compute dtype (mixed precision) `Dense` multiplies in it. `Hook` is an identity at a named
+point of the forward pass and `CausalMask` the mask attention applies: both exist to be
+swapped by `attention_jax.inspect` (record a value, patch it, see the future), never to
+change a training step. `resolve_attention` says which attention backend a config runs
+with here, and `check_ids` refuses token ids outside the vocabulary.
+"""
+from __future__ import annotations
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+from flax import nnx
+
+from attention_jax import functional as F
+from attention_jax.config import ModelConfig
+from attention_jax.errors import DataError
+
+
+# Two initialisations (`ModelConfig.init`). "torch": PyTorch's defaults, which the book's
+# numbers were trained with: nn.Linear U(±1/√fan_in) for weights and biases, nn.Embedding
+# N(0, 1). Unit-variance embeddings give a fresh head non-uniform scores at once, so it
+# starts learning where to look from the first steps. "gpt2": N(0, 0.02) weights and
+# embeddings, zero biases. LayerNorm starts as the identity in both.
+def _kernel_init(kind: str):
+    if kind == "torch":
+        return nnx.initializers.variance_scaling(1.0 / 3.0, "fan_in", "uniform")
+    return nnx.initializers.normal(stddev=0.02)
+
+
+def _embed_init(kind: str):
+    return nnx.initializers.normal(stddev=1.0 if kind == "torch" else 0.02)
+
+
+class Dense(nnx.Module):
+    """x·W (+ b). Parameters are float32; with a `dtype` (mixed precision) the product is computed in it."""
+
+    def __init__(self, d_in: int, d_out: int, *, bias: bool, init: str, rngs: nnx.Rngs, dtype=None):
+        self.kernel = nnx.Param(_kernel_init(init)(rngs.params(), (d_in, d_out)))
+        bound = d_in ** -0.5
+        torch_bias = lambda: jax.random.uniform(rngs.params(), (d_out,), minval=-bound, maxval=bound)
+        self.bias = nnx.Param(torch_bias() if init == "torch" else jnp.zeros((d_out,))) if bias else None
+        self.dtype = dtype
+
+    def __call__(self, x):
+        kernel, bias = self.kernel[...], None if self.bias is None else self.bias[...]
+        if self.dtype is not None:
+            x, kernel = x.astype(self.dtype), kernel.astype(self.dtype)
+            bias = None if bias is None else bias.astype(self.dtype)
+        return F.dense(x, kernel, bias)
+
+
+class LayerNorm(nnx.Module):
+    def __init__(self, d: int, *, bias: bool, eps: float):
+        self.scale = nnx.Param(jnp.ones((d,)))
+        self.bias = nnx.Param(jnp.zeros((d,))) if bias else None
+        self.eps = eps
+
+    def __call__(self, x):
+        return F.layer_norm(x, self.scale[...], None if self.bias is None else self.bias[...], self.eps)
+
+
+def _dense(config: ModelConfig, rngs: nnx.Rngs, d_in: int, d_out: int, *, bias: bool) -> Dense:
+    return Dense(d_in, d_out, bias=bias, init=config.init, rngs=rngs, dtype=_compute_dtype(config))
+
+
+def _compute_dtype(config: ModelConfig):
+    """None for float32 (nothing cast: the float32 step is the one measured); else the compute dtype."""
+    return None if config.dtype == "float32" else jnp.dtype(config.dtype)
+
+
+def resolve_attention(config: ModelConfig, backend: str | None = None) -> str:
+    """The attention backend a config runs with: its own choice, or for "auto" the fastest here.
+
+    Measured (`python -m experiments.throughput --attention ...`): on a CPU the reference path
+    (causal halves) is fastest at the chapter's contexts; on a GPU/TPU the fused kernel.
+    """
+    if config.attention != "auto":
+        return config.attention
+    backend = backend or jax.default_backend()
+    return "fused" if backend in ("gpu", "cuda", "rocm", "tpu") and config.dropout == 0 else "reference"
+
+
+def _dropout(config: ModelConfig, rngs: nnx.Rngs):
+    return nnx.Dropout(config.dropout, rngs=rngs) if config.dropout > 0 else None
+
+
+# --- points to look at and parts to swap ------------------------------------------------
+
+class Hook(nnx.Module):
+    """An identity at a named point of the forward pass; inspection swaps it for one that records or patches.
+
+    `needs_full_scores`: whether the attention around it must compute every score (the
+    fast causal path skips the all-masked quarter, so a hook on scores or weights that
+    records or changes them asks for the reference path).
+    """
+    needs_full_scores = False
+
+    def __call__(self, x):
+        return x
+
+
+class CausalMask(nnx.Module):
+    """bool[T, T]: position t sees positions i <= t. Swapped for `Bidirectional` to ablate causality."""
+    causal = True
+
+    def __call__(self, T: int):
+        return F.causal_mask(T)
+
+
+class Bidirectional(CausalMask):
+    """No mask: every position sees every other, the future included."""
+    causal = False
+
+    def __call__(self, T: int):
+        return None
+
+
+def check_ids(tokens, vocab_size: int) -> None:
+    """Refuse token ids outside [0, vocab_size) with one line, on concrete (host or eager) ids.
+
+    Inside a compiled step the ids are abstract and this costs nothing: the engine checks
+    each batch on the host where it is made. An id out of range would otherwise give NaN
+    logits (too large) or silently read another row of the table (negative).
+    """
+    if isinstance(tokens, jax.core.Tracer):
+        return
+    ids = np.asarray(tokens)
+    if ids.size and (ids.min() < 0 or ids.max() >= vocab_size):
+        bad = int(ids.min()) if ids.min() < 0 else int(ids.max())
+        raise DataError(f"token id {bad} is outside the vocabulary [0, {vocab_size}); "
+                        "encode the text with the model's own tokenizer")
