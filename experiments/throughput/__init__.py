@@ -116,9 +116,10 @@ def run(ctx) -> Result:
     if not args.no_torch and importlib.util.find_spec("torch") is None:
         raise UserError("the reference contestant is PyTorch, which is not installed: install the test extra "
                         "(pip install -e '.[test]'), or pass --no-torch to time ours alone")
-    worker_env = dict(os.environ)
-    # This process only looks for an accelerator; on a GPU it must not reserve its memory.
+    # Contestants share an accelerator, taking turns: none may reserve most of its memory up front.
+    # This process only looks for the accelerator, so it reserves nothing either.
     os.environ.setdefault("XLA_PYTHON_CLIENT_PREALLOCATE", "false")
+    worker_env = dict(os.environ)
     p = {**ctx.settings, **({"rounds": args.rounds} if args.rounds else {}),
          **({"batch": args.batch} if args.batch else {})}
     attentions = cli.choose_names(args.attention, ["auto", "reference", "chunked", "fused"], "attention")
