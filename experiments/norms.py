@@ -48,10 +48,10 @@ PRESETS = {
     "paper": TrainConfig(steps=1000, batch_size=64, lr=3e-3, warmup_steps=200, log_every=5, eval_every=100,
                          checkpoint_every=250),
     # Chosen by measurement on 2 cores (README, "Choosing the cpu budget" under norms).
-    "cpu": TrainConfig(steps=500, batch_size=32, lr=3e-3, warmup_steps=100, log_every=5, eval_every=100,
+    "cpu": TrainConfig(steps=1000, batch_size=16, lr=3e-3, warmup_steps=200, log_every=5, eval_every=100,
                        checkpoint_every=100, train_eval_windows=120),
-    "smoke": TrainConfig(steps=8, batch_size=4, lr=3e-3, warmup_steps=4, log_every=1, eval_every=4,
-                         checkpoint_every=4, train_eval_windows=8, eval_batch=8),
+    "smoke": TrainConfig(steps=8, batch_size=4, lr=3e-3, warmup_steps=4, log_every=1, checkpoint_every=4,
+                         train_eval_windows=8, eval_batch=8),
 }
 # The init measurement: (windows per batch, batches averaged, at least this many seeds), the
 # same fixed training windows for every seed and both norms.
@@ -80,7 +80,7 @@ def probe_batches(train_tokens, *, batch_size: int, n_batches: int, context: int
     return out
 
 
-def init_grad_norms(model_config, batches: list[dict], seeds, lr: float = 3e-3):
+def init_grad_norms(model_config, batches: list[dict], seeds):
     """[seeds, batches, n_layers]: each block's gradient norm at initialisation, per seed and batch.
 
     The Engine's `block_grad_norm` step metric of the first step from a freshly initialised
@@ -90,7 +90,7 @@ def init_grad_norms(model_config, batches: list[dict], seeds, lr: float = 3e-3):
     import numpy as np
     from attention_jax.train import Engine
     seeds = list(seeds)
-    tc = TrainConfig(steps=1, batch_size=len(batches[0]["x"]), lr=lr)
+    tc = TrainConfig(steps=1, batch_size=len(batches[0]["x"]))
     engine = Engine(model_config, tc, n_seeds=len(seeds))
     out = []
     for batch in batches:
@@ -99,13 +99,14 @@ def init_grad_norms(model_config, batches: list[dict], seeds, lr: float = 3e-3):
     return np.stack(out, axis=1)
 
 
-def init_record(norm: str, norms) -> dict:
-    """The figures of one norm's init measurement: means over seeds, and `k_seeds` lists per seed."""
-    per_seed = norms.mean(axis=1)                  # [S, L]: averaged over the probe batches
+def init_record(norm: str, grad_norms) -> dict:
+    """The figures of one norm's init measurement ([seeds, batches, blocks] from `init_grad_norms`):
+    means over seeds, and `k_seeds` lists per seed."""
+    per_seed = grad_norms.mean(axis=1)             # [S, L]: averaged over the probe batches
     first, last = per_seed[:, 0], per_seed[:, -1]
     ratio = last / first
     rec = {"name": norm, "per_block": per_seed.mean(axis=0).tolist(), "per_block_seeds": per_seed.tolist(),
-           "per_batch": norms.tolist()}
+           "per_batch": grad_norms.tolist()}
     for k, v in (("first", first), ("last", last), ("ratio", ratio)):
         rec[k], rec[f"{k}_seeds"] = float(v.mean()), v.tolist()
         rec[f"{k}_std"] = float(v.std(ddof=1)) if len(v) > 1 else 0.0
@@ -116,7 +117,7 @@ def measure_init(ctx, table, seeds: list[int]) -> dict[str, dict]:
     """Both norms' init measurement, cached in <folder>/init/ like a finished row."""
     from attention_jax.harness import rows
     batch, n_batches, _ = PROBE[ctx.preset]
-    probe = TrainConfig(steps=1, batch_size=batch, lr=ctx.settings.lr, train_eval_windows=n_batches)
+    probe = TrainConfig(steps=1, batch_size=batch)      # the gradient is taken before any update: no lr in it
     identity = {**table.corpus.identity(), "probe": [batch, n_batches, PROBE_SEED]}
     out = {}
     for norm in NORMS:
@@ -129,7 +130,7 @@ def measure_init(ctx, table, seeds: list[int]) -> dict[str, dict]:
             except ValueError:
                 pass
         batches = probe_batches(table.splits[0], batch_size=batch, n_batches=n_batches, context=cfg.context)
-        out[norm] = init_record(norm, init_grad_norms(cfg, batches, seeds, lr=ctx.settings.lr))
+        out[norm] = init_record(norm, init_grad_norms(cfg, batches, seeds))
         report.atomic_write(path, json.dumps(out[norm]))
     return out
 
@@ -191,7 +192,7 @@ def init_figure(init: dict, title: str, book: bool):
     return fig
 
 
-def early_figure(records: list[dict], first: int, title: str):
+def early_figure(records: list[dict], first: int, title: str, warmup: int | None = None):
     """Learning rate, global gradient norm and training loss over the first steps (seed means)."""
     import numpy as np
     from experiments.plots import integer_steps
@@ -206,6 +207,8 @@ def early_figure(records: list[dict], first: int, title: str):
     for ax, (label, log) in zip(axes, (("learning rate", False), ("global gradient norm", True),
                                        ("training loss (nats)", False))):
         ax.set(xlabel="step", ylabel=label, title=label)
+        if warmup:
+            ax.axvline(warmup, color="gray", linestyle=":", label="end of warmup")
         if log:
             ax.set_yscale("log")
         ax.grid(True, which="both", alpha=0.3)
@@ -278,13 +281,17 @@ def run(ctx) -> Result:
               f"({ctx.preset} preset)", book)}
     if records:
         first = min(tc.steps, 2 * warm)
-        figures["early_steps.png"] = early_figure(records, first, f"norms: the first {first} steps, {budget}")
+        figures["early_steps.png"] = early_figure(records, first, f"norms: the first {first} steps, {budget}", warm)
     if any(len(r["history"]) > 1 for r in records):
         figures["curves.png"] = curves(records, ("val_ppl", "train_ppl"),
                                        ("held-out (val) perplexity", "train perplexity"), f"norms, {budget}")
     found = (report.claims_across_seeds(claims, {r["name"]: r for r in records}, len(table.seeds))
              + report.claims_across_seeds(init_claims, init, len(init_seeds)))
-    return Result(rows=records, claims=found, tables=tables, figures=figures,
+    summary = [report.book(f"{r['name']}: val perplexity", r["book_val_ppl"], r["val"]) for r in records
+               if r["book_val_ppl"] is not None]
+    summary += [report.book(f"{norm}-norm: last/first block gradient norm at init", BOOK_INIT[norm]["ratio"],
+                            init[norm]["ratio"]) for norm in init if book and norm in BOOK_INIT]
+    return Result(rows=records, claims=found, tables=tables, figures=figures, book=summary,
                   config={"train": dataclasses.asdict(tc), "warmup_steps": warm, "seeds": table.seeds,
                           "init_seeds": init_seeds, "probe": {"batch_size": batch, "batches": n_batches,
                                                               "data_seed": PROBE_SEED},

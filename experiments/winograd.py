@@ -45,14 +45,19 @@ CHANCE = 50.0
 BOOK_PAIR = {"block 1": {1: 0.70, 6: 0.06, 12: 0.05, 14: 0.19},
              "block 2 tired": {11: 1.00},
              "block 2 wet": {4: 0.03, 6: 0.49, 10: 0.20, 11: 0.03, 14: 0.25}}
-IDENTICAL = 1e-6    # block 1's rows count as "the same" below this max difference
+# Block 1's query at the referent is a function of its own token and position, so its row can change
+# with the adjective only through the adjective's own key (and the renormalisation that follows).
+# The book prints the two rows identical to two decimals; "the same" here: within half that last digit.
+IDENTICAL = 0.005
 
 PRESETS = {
-    "paper": TrainConfig(steps=3000, batch_size=64, lr=1e-3, checkpoint_every=1000, log_every=50,
-                         eval_every=250, eval_batch=128),
-    "cpu": TrainConfig(steps=1500, batch_size=64, lr=1e-3, checkpoint_every=500, log_every=50,
-                       eval_every=0, eval_batch=128),
-    "smoke": TrainConfig(steps=8, batch_size=16, lr=1e-3, checkpoint_every=4, log_every=4, eval_batch=128),
+    "paper": TrainConfig(steps=6000, batch_size=64, lr=1e-3, checkpoint_every=1000, log_every=50,
+                         eval_every=500, eval_batch=128),   # twice the cpu budget; add --seeds 5 on a GPU
+    # Chosen by measurement (README, "Choosing the cpu budget"): at width 64 and lr 1e-3 the blocks
+    # reach 100% by step 300, the uniform average on the leaky task only by step 2000.
+    "cpu": TrainConfig(steps=3000, batch_size=64, lr=1e-3, checkpoint_every=1000, log_every=50,
+                       eval_every=250, eval_batch=128),
+    "smoke": TrainConfig(steps=8, batch_size=16, lr=1e-3, checkpoint_every=8, log_every=4, eval_batch=128),
 }
 
 
@@ -183,7 +188,7 @@ def attention_demo(model, task) -> dict:
         m = hw[-1, held.adj == a].mean(axis=0)
         rule[a] = {"x": float(m[slot["x"]]), "y": float(m[slot["y"]]), "adj": float(m[slot["adj"]]),
                    "rest": float(1.0 - m[slot["x"]] - m[slot["y"]] - m[slot["adj"]])}
-    return {"pair": [x, y], "adjectives": adjectives, "demo": [adj_x, adj_y], "position": pos,
+    return {"pair": [x, y], "adjectives": adjectives, "demo": [adj_x, adj_y], "position": pos, "slots": slot,
             "words": [s.split(" ")[:pos + 1] for s in sentences],
             "weights": w.tolist(),                                 # [L][A][pos + 1]
             "predicted": [task.vocab[i] for i in logits.argmax(-1)],
@@ -211,11 +216,12 @@ def claims(r: dict) -> list[dict]:
         out.append(report.claim("two blocks >= one block >= 85% on the clean task", two >= one >= 85.0,
                                 f"{two:.1f}% >= {one:.1f}% >= 85% (book 100% >= 92.7%)", min(two - one, one - 85.0)))
     if "attention" in r:
-        d = r["attention"]["block1_pair_diff"]
-        a, b = r["attention"]["demo"]
+        att = r["attention"]
+        d, (a, b) = att["block1_pair_diff"], att["demo"]
         out.append(report.claim(f"block 1's rows at the referent are the same for '{a}' and '{b}' "
-                                f"(max difference < {IDENTICAL:g})", d < IDENTICAL, f"max difference {d:.3g}",
-                                IDENTICAL - d))
+                                f"(max difference < {IDENTICAL:g})", d < IDENTICAL,
+                                f"max difference {d:.3g}; block 1 puts up to {att['block1_adjective_weight']:.3f} "
+                                f"on the adjective", IDENTICAL - d))
     if {"leaky_average", "leaky_one_block"} <= set(acc):
         u, one = acc["leaky_average"], acc["leaky_one_block"]
         out.append(report.claim("in the leaky task the uniform average matches or beats one block", u >= one,
@@ -240,6 +246,10 @@ def accuracy_figure(records: list[dict], book: bool, title: str):
     if book:
         pts = [(i, BOOK[r["name"]][0]) for i, r in enumerate(records) if r["name"] in BOOK]
         ax.plot([i - 0.2 for i, _ in pts], [b for _, b in pts], "kx", markersize=10, label="accuracy (book)")
+        other = [(i, BOOK[r["name"]][1]) for i, r in enumerate(records) if BOOK.get(r["name"], (0, None))[1]]
+        if other:
+            ax.plot([i + 0.2 for i, _ in other], [b for _, b in other], "k+", markersize=12,
+                    label="other noun (book)")
     ax.axhline(CHANCE, color="gray", linestyle=":", label="chance (a guess between the two nouns)")
     ax.set_xticks(xs, [r["name"] for r in records], rotation=20, ha="right")
     ax.set(ylim=(0, 105), ylabel="% of held-out sentences", xlabel="task and model", title=title)
@@ -277,8 +287,7 @@ def pair_figure(demo: dict, title: str):
 
 def rule_figure(demo: dict, sides: dict, title: str):
     w = demo["weights"][-1]
-    words = demo["words"][0]
-    slot = len(words) - 1 - 3     # the adjective is 3 words before the referent's query ("too {adj} , so the")
+    words, slot = demo["words"][0], demo["slots"]["adj"]
     cols = [f"{p}:{u}" if p != slot else f"{p}:{{adj}}" for p, u in enumerate(words)]
     rows = [f"{a} ({sides[a]})" for a in demo["adjectives"]]
     fig, ax = report.figure(size=(10, 1.2 + 0.45 * len(rows)))
@@ -309,8 +318,7 @@ def pair_table(demo: dict, book: bool) -> str:
 
 def rule_table(demo: dict, sides: dict) -> str:
     w = demo["weights"][-1]
-    words = demo["words"][0]
-    slot = len(words) - 4
+    words, slot = demo["words"][0], demo["slots"]["adj"]
     columns = [("adj", "adjective", ""), ("side", "it =", "")]
     columns += [(f"p{p}", u if p != slot else "{adj}", ".2f") for p, u in enumerate(words)]
     columns += [("pred", "predicts", ""), ("x", "held-out mean: x", ".2f"), ("y", "y", ".2f"),
@@ -356,7 +364,7 @@ def run(ctx) -> Result:
         for figure in r["final"]:
             r[figure], _, r[f"{figure}_seeds"] = row_cache.summary(r, figure)
         t0 = sp(0)
-        r.update(task=task_name, model=label, held_out=pct(r, "accuracy"), other=pct(r, "other_noun"),
+        r.update(task_kind=task_name, model=label, held_out=pct(r, "accuracy"), other=pct(r, "other_noun"),
                  train_acc=pct(r, "train_accuracy"), n_heldout=len(t0.heldout.sentences),
                  n_train=len(t0.train.sentences),
                  book=f"{BOOK[name][0]:.1f}" if book and name in BOOK else None,
@@ -370,11 +378,11 @@ def run(ctx) -> Result:
     budget = (f"{tc.steps} steps x batch {tc.batch_size}, lr {tc.lr:g}, width {args.width}, "
               f"{len(seeds)} seed(s)")
     title = f"Winograd toy, {ctx.preset} preset: {budget}"
-    columns = [("task", "task", ""), ("model", "model", ""), ("params", "params", ",d"),
+    columns = [("task_kind", "task", ""), ("model", "model", ""), ("params", "params", ",d"),
                ("held_out", "held-out accuracy %", ""), ("book", "book %", ""),
                ("other", "other noun %", ""), ("book_other", "book other noun %", ""),
                ("train_acc", "train accuracy %", "")]
-    chance = {"task": "-", "model": "chance (a guess between the two nouns)", "held_out": f"{CHANCE:.1f}",
+    chance = {"task_kind": "-", "model": "chance (a guess between the two nouns)", "held_out": f"{CHANCE:.1f}",
               "book": f"{CHANCE:.1f}" if book else None, "other": f"{CHANCE:.1f}",
               "book_other": f"{CHANCE:.1f}" if book else None}
     tables = {"Held-out referent accuracy (only the word after \"so the\" is scored)":
@@ -402,9 +410,10 @@ def run(ctx) -> Result:
         figures_per_seed = {k: [d[k] for d in demos] for k in
                             ("block1_pair_diff", "block1_all_adjectives_diff", "block1_heldout_diff",
                              "block1_adjective_weight", "block2_shift")}
-        attention = {**{k: float(np.mean(v)) for k, v in figures_per_seed.items()},
+        # Across seeds: block 1's figures at the worst seed (the claim is about every model), block 2's mean.
+        attention = {**{k: float(np.max(v) if k.startswith("block1") else np.mean(v))
+                        for k, v in figures_per_seed.items()},
                      **{f"{k}_seeds": v for k, v in figures_per_seed.items()}, "demo": demo["demo"]}
-        attention["block1_pair_diff"] = float(max(figures_per_seed["block1_pair_diff"]))   # the worst seed
         check["attention"] = attention
         extra["attention"] = {"seed0": demo, **attention}
         print(f"  block 1 at the referent, {a} vs {b}: max difference "
@@ -414,8 +423,10 @@ def run(ctx) -> Result:
         from experiments.plots import curves
         figures["curves.png"] = curves(records, ("accuracy", "train_accuracy"),
                                        ("held-out accuracy", "train accuracy"), title, log=False)
+    summary = [report.book(f"{r['name']}: held-out accuracy %", BOOK[r['name']][0], r["held_out"], ".1f")
+               for r in records if book and r["name"] in BOOK]
     return Result(rows=records, claims=report.claims_across_seeds(claims, check, len(seeds)), tables=tables,
-                  figures=figures, extra=extra,
+                  figures=figures, extra=extra, book=summary,
                   config={"train": dataclasses.asdict(tc), "seeds": seeds, "width": args.width, "heads": HEADS,
                           "spec": dataclasses.asdict(spec), "book_figures": book,
                           "models": {m: base.to_dict() for m, (_, base) in MODELS.items()}})

@@ -157,14 +157,15 @@ def test_ablations_restore_the_model(small):
 def test_data_driven_paths_equal_inspect_ablate(small):
     run = E.compiled()
     x = np.asarray(jax.random.randint(jax.random.key(2), (3, SMALL.context), 0, 44), np.int32)
-    for heads in ({1: [2]}, {0: [0, 3]}):   # heads off by a 0/1 mask (one compile) = ablate(heads=...)
-        with ablate(small, heads=heads):
-            ref = np.asarray(small(jnp.asarray(x)))
-        mine = np.asarray(run.forward_heads(small, jnp.asarray(x), E.head_mask(SMALL, heads)))
-        assert np.abs(mine - ref).max() <= 1e-5
+    heads = {1: [2], 0: [0, 3]}             # heads off by a 0/1 mask (one compile) = ablate(heads=...)
+    with ablate(small, heads=heads):
+        ref = np.asarray(run.forward(small, jnp.asarray(x)))
+    mine = np.asarray(run.forward_heads(small, jnp.asarray(x), E.head_mask(SMALL, heads)))
+    assert np.abs(mine - ref).max() <= 1e-5
+    assert E.head_mask(SMALL, heads).tolist() == [[0, 1, 1, 0], [1, 1, 0, 1]]
     n = 9                                   # the padded prefix mask = the bidirectional model on n tokens
     with ablate(small, bidirectional=True):
-        ref = np.asarray(small(jnp.asarray(x[:, :n])))
+        ref = np.asarray(run.forward(small, jnp.asarray(x[:, :n])))
     mine = np.asarray(run.forward_prefix(small, jnp.asarray(x), jnp.int32(n)))[:, :n]
     assert np.abs(mine - ref).max() <= 1e-5
     # cached_run pads to the context: the first T positions are the unpadded run's

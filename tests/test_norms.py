@@ -51,7 +51,7 @@ def test_smoke_run_produces_rows_columns_claims_and_plots(run):
         assert r["config"]["n_layers"] == norms.DEPTH["smoke"] and r["config"]["d_model"] == 128
         assert r["train_config"]["warmup_steps"] == r["warmup"] == (smoke.warmup_steps if r["name"].endswith(
             "_warmup") and "no_" not in r["name"] else 0)
-        assert [h["step"] for h in r["history"]] == list(range(smoke.eval_every, smoke.steps + 1, smoke.eval_every))
+        assert [h["step"] for h in r["history"]] == [smoke.steps]     # smoke: the final evaluation only
     assert rows[0]["vs_pre"] == 1.0 and rows[2]["vs_pre"] == pytest.approx(rows[2]["val_ppl"] / rows[0]["val_ppl"])
     assert [r["book_val_ppl"] for r in rows] == [37.82, 37.62, 308.05, 37.88]
     init = {r["name"]: r for r in results["init"]}
@@ -67,8 +67,9 @@ def test_smoke_run_produces_rows_columns_claims_and_plots(run):
     for text in ("block 1", "block 3 / block 1", "book block 12", "book val ppl", "val / pre-norm no warmup",
                  "0.0498", "0.1613", "308.05", "8.15", *ROW_NAMES, *CLAIMS):
         assert text in table, text
-    for png in ("init_grad_norms.png", "early_steps.png", "curves.png"):
+    for png in ("init_grad_norms.png", "early_steps.png"):
         assert (folder / png).read_bytes()[:8] == b"\x89PNG\r\n\x1a\n", png
+    assert sorted(results["figures"]) == ["early_steps.png", "init_grad_norms.png"]   # no curves without eval_every
 
 
 def test_warmup_rows_start_at_lr_zero(run):
@@ -159,3 +160,21 @@ def test_warmup_as_long_as_the_run_is_refused(tmp_path, capsys):
     code = norms.main(["--preset", "smoke", "--warmup", "8", "--no-progress", "--out", str(tmp_path / "out")])
     err = capsys.readouterr().err
     assert code == 2 and len(err.strip().splitlines()) == 1 and "warmup 8" in err, err
+
+
+def test_figures_draw_from_records():
+    """The three plots from records shaped like a trained table's (no training here)."""
+    steps = range(5, 101, 5)
+    records = [{"name": name, "train_log": [{"step": s, "lr": [1e-3], "grad_norm": [0.5], "loss": [5.0]}
+                                            for s in steps],
+                "history": [{"step": s, "val_ppl": [40.0 + s], "train_ppl": [30.0 + s]} for s in (50, 100)]}
+               for name in ROW_NAMES]
+    init = {norm: {"per_block": [0.1] * 12, "per_block_seeds": [[0.1] * 12, [0.2] * 12]} for norm in norms.NORMS}
+    fig = norms.init_figure(init, "title", book=True)
+    labels = fig.axes[0].get_legend_handles_labels()[1]
+    assert "post-norm, book (blocks 1 and 12)" in labels and "pre-norm, seed range" in labels
+    early = norms.early_figure(records, 50, "title", warmup=20)
+    curves = [line for line in early.axes[0].lines if line.get_label() in ROW_NAMES]
+    assert [len(line.get_xdata()) for line in curves] == [10] * 4     # the first 50 steps only
+    assert "end of warmup" in early.axes[-1].get_legend_handles_labels()[1]
+    assert [ax.get_ylabel() for ax in early.axes] == ["learning rate", "global gradient norm", "training loss (nats)"]
