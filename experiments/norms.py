@@ -195,7 +195,7 @@ def init_figure(init: dict, title: str, book: bool):
 def early_figure(records: list[dict], first: int, title: str, warmup: int | None = None):
     """Learning rate, global gradient norm and training loss over the first steps (seed means)."""
     import numpy as np
-    from experiments.plots import integer_steps
+    from experiments.plots import finish_panels
     fig, axes = report.figure(ncols=3, size=(16, 4.5))
     style = {"pre": "-", "post": "--"}
     for i, r in enumerate(records):
@@ -204,18 +204,8 @@ def early_figure(records: list[dict], first: int, title: str, warmup: int | None
         for ax, key in zip(axes, ("lr", "grad_norm", "loss")):
             ax.plot(steps, [float(np.mean(p[key])) for p in points], style[ROWS[r["name"]][0]], color=f"C{i}",
                     label=r["name"])
-    for ax, (label, log) in zip(axes, (("learning rate", False), ("global gradient norm", True),
-                                       ("training loss (nats)", False))):
-        ax.set(xlabel="step", ylabel=label, title=label)
-        if warmup:
-            ax.axvline(warmup, color="gray", linestyle=":", label="end of warmup")
-        if log:
-            ax.set_yscale("log")
-        ax.grid(True, which="both", alpha=0.3)
-        integer_steps(ax)
-    axes[-1].legend(fontsize=8, loc="center left", bbox_to_anchor=(1.02, 0.5))
-    fig.suptitle(title)
-    return fig
+    panels = (("learning rate", False), ("global gradient norm", True), ("training loss (nats)", False))
+    return finish_panels(fig, axes, panels, title, ylabel=True, mark_step=warmup, mark_label="end of warmup")
 
 
 # -- the table -----------------------------------------------------------------------------------

@@ -30,8 +30,19 @@ def curves(records: list[dict], figures: Sequence[str], titles: Sequence[str], t
         for ax, name in zip(axes, figures):
             ax.plot(steps, [float(np.mean(p[name])) for p in points], "o-", markersize=3, color=f"C{i % 10}",
                     label=r["name"])
-    for ax, panel in zip(axes, titles):
+    return finish_panels(fig, axes, [(panel, log) for panel in titles], title)
+
+
+def finish_panels(fig, axes, panels: Sequence[tuple[str, bool]], title: str, *, ylabel: bool = False,
+                  mark_step: int | None = None, mark_label: str = ""):
+    """Title, step axis, log scale where asked, grid and integer ticks on each panel ((title, log)
+    pairs); an optional dotted line at `mark_step`; one legend outside the last panel."""
+    for ax, (panel, log) in zip(axes, panels):
         ax.set(title=panel, xlabel="step")
+        if ylabel:
+            ax.set_ylabel(panel)
+        if mark_step:
+            ax.axvline(mark_step, color="gray", linestyle=":", label=mark_label)
         if log:
             ax.set_yscale("log")
         ax.grid(True, which="both", alpha=0.3)

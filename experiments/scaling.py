@@ -37,7 +37,6 @@ def random_scores(key, *, pairs, rows, keys):
     """
     import jax
     import jax.numpy as jnp
-    from attention_jax import functional as F
     widest = max(WIDTHS)
     k_pairs, k_q, k_k = jax.random.split(key, 3)
     pair_q, pair_k = jax.random.normal(k_pairs, (2, pairs, widest))
@@ -67,7 +66,6 @@ def sweep(key, *, pairs, rows, keys):
     """Every number of the three tables, for all widths, in one compiled function."""
     import jax
     import jax.numpy as jnp
-    from attention_jax import functional as F
     dots, raw = random_scores(key, pairs=pairs, rows=rows, keys=keys)
     sqrt_d = jnp.sqrt(jnp.asarray(WIDTHS, jnp.float32))[:, None, None]
     out = dict(var=jnp.var(dots, axis=1, ddof=1), std=jnp.std(dots, axis=1, ddof=1))

@@ -1,6 +1,9 @@
 """Shared fixtures: a seeded numpy generator, and `parity`, which checks a max |diff| against
 torch and lists every measured value at the end of the run (the numbers the closing note cites)."""
 
+import contextlib
+import io
+import json
 import os
 import pathlib
 import tempfile
@@ -40,6 +43,24 @@ def corpus_folder() -> pathlib.Path:
 def bpe_cache(tmp_path_factory) -> pathlib.Path:
     """One BPE cache for the whole session (training the BPE costs seconds), never $HOME's."""
     return tmp_path_factory.getbasetemp() / "attention_jax_cache"
+
+
+@pytest.fixture(scope="session")
+def smoke_run(tmp_path_factory, corpus_folder, bpe_cache):
+    """`smoke_run(module, *flags)`: an experiment's command at the smoke preset in a fresh folder, on
+    the test corpus and BPE cache: (exit status, stdout, its results folder, results.json)."""
+    def run(module, *flags):
+        name = module.EXPERIMENT.name
+        out = tmp_path_factory.mktemp(f"{name}_out")
+        with pytest.MonkeyPatch.context() as mp:
+            mp.setenv("ATTENTION_JAX_CACHE", str(bpe_cache))
+            mp.setenv("ATTENTION_JAX_DATA", str(corpus_folder))
+            buffer = io.StringIO()
+            with contextlib.redirect_stdout(buffer):
+                code = module.main(["--preset", "smoke", "--no-progress", "--out", str(out), *flags])
+        folder = out / name
+        return code, buffer.getvalue(), folder, json.loads((folder / "results.json").read_text())
+    return run
 
 
 @pytest.fixture

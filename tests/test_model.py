@@ -8,7 +8,6 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 import torch
-import torch.nn.functional as TF
 from flax import nnx
 
 from attention_jax import functional as F

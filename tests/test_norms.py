@@ -2,8 +2,6 @@
 per block at initialisation against a hand computation, warmup rows starting at lr 0, and
 the claims, per seed and with a failing case."""
 
-import contextlib
-import io
 import json
 import math
 
@@ -26,16 +24,8 @@ CLAIMS = ["post-norm without warmup is >= 3x worse than pre-norm",
 
 
 @pytest.fixture(scope="module")
-def run(tmp_path_factory, corpus_folder, bpe_cache):
-    out = tmp_path_factory.mktemp("norms_out")
-    with pytest.MonkeyPatch.context() as mp:
-        mp.setenv("ATTENTION_JAX_CACHE", str(bpe_cache))
-        mp.setenv("ATTENTION_JAX_DATA", str(corpus_folder))
-        buffer = io.StringIO()
-        with contextlib.redirect_stdout(buffer):
-            code = norms.main(["--preset", "smoke", "--seeds", "2", "--no-progress", "--out", str(out)])
-    folder = out / "norms"
-    return code, buffer.getvalue(), folder, json.loads((folder / "results.json").read_text())
+def run(smoke_run):
+    return smoke_run(norms, "--seeds", "2")
 
 
 def test_smoke_run_produces_rows_columns_claims_and_plots(run):

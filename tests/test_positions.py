@@ -1,9 +1,6 @@
 """The positions experiment: five encodings trained on 64 tokens, read on 64/128/256 (smoke
 preset), the premise that training never touches learned rows past 64, and its claims."""
 
-import contextlib
-import io
-import json
 import math
 
 import jax
@@ -18,16 +15,8 @@ from experiments import positions
 
 
 @pytest.fixture(scope="module")
-def run(tmp_path_factory, corpus_folder, bpe_cache):
-    out = tmp_path_factory.mktemp("positions_out")
-    with pytest.MonkeyPatch.context() as mp:
-        mp.setenv("ATTENTION_JAX_CACHE", str(bpe_cache))
-        mp.setenv("ATTENTION_JAX_DATA", str(corpus_folder))
-        buffer = io.StringIO()
-        with contextlib.redirect_stdout(buffer):
-            code = positions.main(["--preset", "smoke", "--no-progress", "--out", str(out)])
-    folder = out / "positions"
-    return code, buffer.getvalue(), folder, json.loads((folder / "results.json").read_text())
+def run(smoke_run):
+    return smoke_run(positions)
 
 
 def test_smoke_run_reads_every_encoding_at_every_length(run):

@@ -2,9 +2,6 @@
 two rows, two seeds), the score statistics by hand, and the claims on hand-made records,
 failing ones included."""
 
-import contextlib
-import io
-import json
 import math
 import re
 
@@ -18,17 +15,8 @@ T = 128
 
 
 @pytest.fixture(scope="module")
-def run(tmp_path_factory, corpus_folder, bpe_cache):
-    out = tmp_path_factory.mktemp("scale_ablation_out")
-    with pytest.MonkeyPatch.context() as mp:
-        mp.setenv("ATTENTION_JAX_CACHE", str(bpe_cache))
-        mp.setenv("ATTENTION_JAX_DATA", str(corpus_folder))
-        buffer = io.StringIO()
-        with contextlib.redirect_stdout(buffer):
-            code = sa.main(["--preset", "smoke", "--no-progress", "--out", str(out), "--rows", "d32,d1024",
-                            "--seeds", "2"])
-    folder = out / "scale_ablation"
-    return code, buffer.getvalue(), folder, json.loads((folder / "results.json").read_text())
+def run(smoke_run):
+    return smoke_run(sa, "--rows", "d32,d1024", "--seeds", "2")
 
 
 def test_rows_columns_claims_and_per_seed_verdicts(run):

@@ -11,7 +11,6 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
-from attention_jax import kernels
 from attention_jax import functional as F
 from experiments import throughput
 

@@ -20,7 +20,6 @@ import pathlib
 import time
 from typing import Any, Sequence
 
-import jax
 import numpy as np
 from tqdm.auto import tqdm
 
