@@ -1,0 +1,4 @@
+"""`python -m experiments.winograd`."""
+from experiments.winograd import main
+
+raise SystemExit(main())

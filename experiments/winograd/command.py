@@ -1,0 +1,120 @@
+"""`run`: train the six rows (or reopen them), read the two-block model's attention, one Result."""
+from __future__ import annotations
+
+import dataclasses
+
+import numpy as np
+
+from attention_jax.errors import ConfigError
+from attention_jax.harness import cli, report
+from attention_jax.harness.experiment import Result
+from experiments.winograd.attention import attention_demo, claims
+from experiments.winograd.constants import BOOK, CHANCE, HEADS, MODELS, TASKS, WIDTH
+from experiments.winograd.figures import accuracy_figure, pair_figure, pair_table, pct, rule_figure, rule_table
+from experiments.winograd.task import Splits, by_adjective, make_task
+
+
+def flags(p) -> None:
+    p.add_argument("--width", type=cli.positive_int, default=WIDTH,
+                   help=f"model width d_model (default {WIDTH}; {HEADS} heads per block)")
+    p.add_argument("--nouns", default=None, metavar="FILE",
+                   help="noun pool: one noun per line, optionally 'animal' or 'place' after it")
+    p.add_argument("--adjectives", default=None, metavar="FILE",
+                   help="adjectives: one 'word x' (it = first noun) or 'word y' (it = second) per line")
+
+def run(ctx) -> Result:
+    from attention_jax.data import winograd as wg
+    from attention_jax.harness import rows as row_cache
+    args, tc = ctx.args, ctx.settings
+    if args.data or args.corpus:
+        raise ConfigError("winograd generates its own sentences: --data/--corpus do not apply; "
+                          "change the words with --nouns FILE / --adjectives FILE")
+    spec = wg.load_spec(args.nouns, args.adjectives)
+    book = spec == wg.WinogradSpec()
+    seeds = list(range(args.seeds))
+    splits = {task: Splits(spec, task == "leaky") for task in TASKS}
+    for task in TASKS:   # a word list the chosen rows cannot use is refused before anything trains
+        if any(r.startswith(task + "_") for r in ctx.rows):
+            for s in seeds:
+                splits[task](s)
+    vocab = wg.vocabulary(spec)
+    context = len(spec.template.split(" ")) - 1
+    records = []
+    for name in ctx.rows:
+        task_name, model_name = name.split("_", 1)
+        label, base = MODELS[model_name]
+        cfg = dataclasses.replace(base, vocab_size=len(vocab), context=context, d_model=args.width, n_heads=HEADS)
+        sp = splits[task_name]
+        task = make_task(sp, seeds, tc.batch_size)
+        r = row_cache.train_row(name, cfg, tc, task, preset=ctx.preset, seeds=seeds, folder=ctx.folder,
+                                fresh=args.fresh, progress=ctx.progress,
+                                measures={"by_adjective": by_adjective(sp, seeds)})
+        for figure in r["final"]:
+            r[figure], _, r[f"{figure}_seeds"] = row_cache.summary(r, figure)
+        t0 = sp(0)
+        r.update(task_kind=task_name, model=label, held_out=pct(r, "accuracy"), other=pct(r, "other_noun"),
+                 train_acc=pct(r, "train_accuracy"), n_heldout=len(t0.heldout.sentences),
+                 n_train=len(t0.train.sentences),
+                 book=f"{BOOK[name][0]:.1f}" if book and name in BOOK else None,
+                 book_other=f"{BOOK[name][1]:.1f}" if book and name in BOOK and BOOK[name][1] else None)
+        records.append(r)
+        took = "cached" if r["cached"] else f"{r['seconds']:.0f} s"
+        print(f"  {name:<17} params {r['params']:>8,}  held-out {r['held_out']:>11}%  other noun "
+              f"{r['other']:>11}%  train {r['train_acc']:>11}%  ({took})", flush=True)
+
+    by_name_ = {r["name"]: r for r in records}
+    budget = (f"{tc.steps} steps x batch {tc.batch_size}, lr {tc.lr:g}, width {args.width}, "
+              f"{len(seeds)} seed(s)")
+    title = f"Winograd toy, {ctx.preset} preset: {budget}"
+    columns = [("task_kind", "task", ""), ("model", "model", ""), ("params", "params", ",d"),
+               ("held_out", "held-out accuracy %", ""), ("book", "book %", ""),
+               ("other", "other noun %", ""), ("book_other", "book other noun %", ""),
+               ("train_acc", "train accuracy %", "")]
+    chance = {"task_kind": "-", "model": "chance (a guess between the two nouns)", "held_out": f"{CHANCE:.1f}",
+              "book": f"{CHANCE:.1f}" if book else None, "other": f"{CHANCE:.1f}",
+              "book_other": f"{CHANCE:.1f}" if book else None}
+    tables = {"Held-out referent accuracy (only the word after \"so the\" is scored)":
+              report.format_table(columns, [chance, *records])}
+    figures = {"accuracy.png": accuracy_figure(records, book, title)}
+    extra = {}
+    check = dict(by_name_)
+    if "clean_two_blocks" in by_name_:
+        r = by_name_["clean_two_blocks"]
+        demos = [attention_demo(row_cache.load_model(r, ctx.folder, seed=s), splits["clean"](s)) for s in seeds]
+        demo = demos[0]
+        sides = dict(spec.adjectives)
+        a, b = demo["demo"]
+        x, y = demo["pair"]
+        where = "a held-out pair" if demo["pair_heldout"] else "a training pair"
+        head = (f"Two blocks (seed 0), heads averaged, at position {demo['position']} (the \"the\" after \"so\"): "
+                f"'the {x} ... the {y} ... too {a}/{b}' ({where})")
+        tables[head] = pair_table(demo, book and (x, y, a, b) == ("animal", "street", "tired", "wet"))
+        tables[f"Block 2 at the referent across all {len(demo['adjectives'])} adjectives "
+               f"('{x}'/'{y}'; right: mean over seed 0's held-out pairs)"] = rule_table(demo, sides)
+        figures["attention_pair.png"] = pair_figure(demo, f"attention at the referent, {a} vs {b} ({ctx.preset}, "
+                                                          f"two blocks, seed 0)")
+        figures["block2_adjectives.png"] = rule_figure(demo, sides, f"block 2 at the referent, every adjective "
+                                                                    f"({ctx.preset} preset, seed 0)")
+        figures_per_seed = {k: [d[k] for d in demos] for k in
+                            ("block1_pair_diff", "block1_all_adjectives_diff", "block1_heldout_diff",
+                             "block1_adjective_weight", "block2_shift")}
+        # Across seeds: block 1's figures at the worst seed (the claim is about every model), block 2's mean.
+        attention = {**{k: float(np.max(v) if k.startswith("block1") else np.mean(v))
+                        for k, v in figures_per_seed.items()},
+                     **{f"{k}_seeds": v for k, v in figures_per_seed.items()}, "demo": demo["demo"]}
+        check["attention"] = attention
+        extra["attention"] = {"seed0": demo, **attention}
+        print(f"  block 1 at the referent, {a} vs {b}: max difference "
+              + ", ".join(f"{v:.3g}" for v in figures_per_seed["block1_pair_diff"])
+              + f" (per seed); block 2 moves {demo['block2_shift']:.2f} of its weight", flush=True)
+    if tc.eval_every and any(len(r["history"]) > 1 for r in records):
+        from experiments.plots import curves
+        figures["curves.png"] = curves(records, ("accuracy", "train_accuracy"),
+                                       ("held-out accuracy", "train accuracy"), title, log=False)
+    summary = [report.book(f"{r['name']}: held-out accuracy %", BOOK[r['name']][0], r["held_out"], ".1f")
+               for r in records if book and r["name"] in BOOK]
+    return Result(rows=records, claims=report.claims_across_seeds(claims, check, len(seeds)), tables=tables,
+                  figures=figures, extra=extra, book=summary,
+                  config={"train": dataclasses.asdict(tc), "seeds": seeds, "width": args.width, "heads": HEADS,
+                          "spec": dataclasses.asdict(spec), "book_figures": book,
+                          "models": {m: base.to_dict() for m, (_, base) in MODELS.items()}})
