@@ -1,0 +1,4 @@
+"""`python -m experiments.scale_ablation`."""
+from experiments.scale_ablation import main
+
+raise SystemExit(main())
