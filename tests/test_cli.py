@@ -76,3 +76,11 @@ def test_out_naming_a_file_is_refused_before_any_work(tmp_path):
 def test_proving_out_writable_leaves_no_folder_behind(tmp_path):
     folder = cli.results_folder(str(tmp_path / "new" / "deeper"), "ladder")
     assert folder == tmp_path / "new" / "deeper" / "ladder" and not (tmp_path / "new").exists()
+
+
+def test_names_keep_the_table_order_unless_asked_as_given():
+    known = ["auto", "reference", "chunked", "fused"]
+    assert cli.choose_names("fused,reference", known) == ["reference", "fused"]
+    assert cli.choose_names("chunked,reference,chunked", known, as_given=True) == ["chunked", "reference"]
+    with pytest.raises(ConfigError, match="unknown attention 'flash'"):
+        cli.choose_names("flash", known, "attention", as_given=True)

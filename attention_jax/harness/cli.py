@@ -105,8 +105,11 @@ def choose_preset(requested: str | None, presets: Mapping[str, object]) -> tuple
     return requested, presets[requested]
 
 
-def choose_names(requested: str | None, known: list[str], what: str = "row") -> list[str]:
-    """Parse a comma-separated subset such as --rows a,b; unknown or no names are one clear error."""
+def choose_names(requested: str | None, known: list[str], what: str = "row", *, as_given: bool = False) -> list[str]:
+    """Parse a comma-separated subset such as --rows a,b; unknown or no names are one clear error.
+
+    The names come back in `known`'s order (a table's), or with `as_given` in the order asked
+    for, once each (where the first one means something, e.g. the contestant called "ours")."""
     if requested is None:
         return list(known)
     names = [n.strip() for n in requested.split(",") if n.strip()]
@@ -115,7 +118,7 @@ def choose_names(requested: str | None, known: list[str], what: str = "row") -> 
     unknown = [n for n in names if n not in known]
     if unknown:
         raise ConfigError(f"unknown {what} {', '.join(map(repr, unknown))}; choose from: {', '.join(known)}")
-    return [n for n in known if n in names]
+    return list(dict.fromkeys(names)) if as_given else [n for n in known if n in names]
 
 
 def results_folder(out: str, name: str) -> pathlib.Path:

@@ -122,8 +122,9 @@ def run(ctx) -> Result:
     worker_env = dict(os.environ)
     p = {**ctx.settings, **({"rounds": args.rounds} if args.rounds else {}),
          **({"batch": args.batch} if args.batch else {})}
-    attentions = cli.choose_names(args.attention, ["auto", "reference", "chunked", "fused"], "attention")
-    dtypes = cli.choose_names(args.dtype, ["float32", "bfloat16"], "dtype")
+    attentions = cli.choose_names(args.attention, ["auto", "reference", "chunked", "fused"], "attention",
+                                  as_given=True)
+    dtypes = cli.choose_names(args.dtype, ["float32", "bfloat16"], "dtype", as_given=True)
     variants = [(a, d) for d in dtypes for a in attentions]
     cfg, T = ONE_BLOCK, args.context
     n_params = sum(n for part, n in param_breakdown(cfg).items() if part not in ("token_embed", "position_embed"))
