@@ -173,7 +173,7 @@ def init_claims(r: dict) -> list[dict]:
 
 def init_figure(init: dict, title: str, book: bool):
     import numpy as np
-    fig, ax = report.figure(size=(8, 4.5))
+    fig, ax = report.figure(size=(10, 4.5))
     for i, norm in enumerate(NORMS):
         rec = init[norm]
         blocks = np.arange(1, len(rec["per_block"]) + 1)
