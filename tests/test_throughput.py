@@ -99,3 +99,11 @@ def test_a_fully_masked_half_gives_zero_weights_not_nan():
                                                                return_weights=True))
     out, w = attend(q, k, v)
     assert np.all(np.isfinite(np.asarray(out))) and np.all(np.asarray(w) == 0.0)
+
+
+def test_a_contestant_that_fails_is_reported_with_its_reason_not_a_traceback(capfd):
+    from experiments.throughput.worker import take_turns
+    got = take_turns({"broken": (["jax", "--no-such-flag"], {}, "-")},
+                     {"batch": 1, "warmup": 1, "rounds": 1, "steps": 1})
+    assert got["broken"]["failed"] and "--no-such-flag" in got["broken"]["reason"]
+    assert "Traceback" not in capfd.readouterr().err

@@ -139,14 +139,15 @@ def run(ctx) -> Result:
     from experiments.throughput.worker import take_turns   # the worker module is also run as a script
     got = take_turns(rows, p, worker_env)
     if got["ours"].get("failed"):
-        raise UserError(f"our step could not run at context {T}, batch {p['batch']} (out of memory?); "
+        raise UserError(f"our step could not run at context {T}, batch {p['batch']} "
+                        f"({got['ours'].get('reason', 'no output')}); "
                         "try --attention chunked or a smaller --batch")
     peak = got["ours"]["peak_flops"]
     ours_ms = 1e3 * float(np.median(got["ours"]["times"]))
     records = []
     for name, r in got.items():
         if r.get("failed"):
-            records.append(dict(name=name, allocator=rows[name][2], ms="failed (out of memory?)"))
+            records.append(dict(name=name, allocator=rows[name][2], ms=f"failed: {r.get('reason', 'no output')}"))
             continue
         ms, p25, p75 = (float(np.percentile(1e3 * np.asarray(r["times"]), q)) for q in (50, 25, 75))
         own_peak = r.get("peak_flops") or peak        # MFU against the matmul peak in the contestant's dtype

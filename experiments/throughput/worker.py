@@ -23,6 +23,7 @@ MALLOPT_APPLIED = os.environ.get(MALLOPT_ENV) == "1" and __name__ == "__main__" 
 import argparse  # noqa: E402
 import json  # noqa: E402
 import subprocess  # noqa: E402
+import tempfile  # noqa: E402
 import time  # noqa: E402
 
 import numpy as np  # noqa: E402
@@ -117,12 +118,18 @@ def take_turns(rows: dict, p: dict, env=None) -> dict[str, dict]:
 
     rows: name -> (worker arguments, extra environment, ...); p: batch, warmup, rounds, steps.
     """
-    procs = {}
+    procs, errors = {}, {}
     for name, (args, extra, *_) in rows.items():
         cmd = [sys.executable, "-m", "experiments.throughput.worker", *args, "--batch", str(p["batch"]),
                "--warmup", str(p["warmup"])]
-        procs[name] = subprocess.Popen(cmd, stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True,
-                                       env={**(os.environ if env is None else env), **extra})
+        errors[name] = tempfile.TemporaryFile(mode="w+")     # a failing contestant's reason, not its traceback
+        procs[name] = subprocess.Popen(cmd, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=errors[name],
+                                       text=True, env={**(os.environ if env is None else env), **extra})
+
+    def reason(name) -> str:
+        errors[name].seek(0)
+        lines = [line.strip() for line in errors[name].read().splitlines() if line.strip()]
+        return lines[-1][:200] if lines else "no output"
 
     def ask(name, line):
         procs[name].stdin.write(line + "\n")
@@ -133,7 +140,7 @@ def take_turns(rows: dict, p: dict, env=None) -> dict[str, dict]:
         info = {name: json.loads(proc.stdout.readline() or "null") for name, proc in procs.items()}
         for name in [n for n, i in info.items() if i is None]:   # e.g. out of memory at a long context
             procs.pop(name).wait(timeout=60)
-            info[name] = {"failed": True}
+            info[name] = {"failed": True, "reason": reason(name)}
         for name in procs:
             if name.startswith("ours"):
                 info[name].update(ask(name, "peak"))
@@ -145,6 +152,8 @@ def take_turns(rows: dict, p: dict, env=None) -> dict[str, dict]:
         for proc in procs.values():
             proc.stdin.close()
             proc.wait(timeout=60)
+        for f in errors.values():
+            f.close()
     return {name: {**i, "times": times.get(name, [])} for name, i in info.items()}
 
 
