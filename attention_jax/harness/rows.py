@@ -163,5 +163,6 @@ def summary(record: dict, figure: str) -> tuple[float, float, list[float]]:
     return float(values.mean()), float(values.std(ddof=1) if len(values) > 1 else 0.0), values.tolist()
 
 
-def fmt(mean: float, std: float = 0.0) -> str:
-    return f"{mean:.2f}" if not std else f"{mean:.2f} ± {std:.2f}"
+def fmt(mean: float, std: float = 0.0, spec: str = ".2f") -> str:
+    """`mean`, or `mean ± std` when there is a spread (more than one seed), both in format `spec`."""
+    return format(mean, spec) if not std else f"{format(mean, spec)} ± {format(std, spec)}"

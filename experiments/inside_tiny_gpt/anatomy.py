@@ -176,12 +176,6 @@ def forward_check(model, ids, say=print) -> dict:
             "logits": mine}
 
 
-def softmax_np(x):
-    import numpy as np
-    e = np.exp(x - x.max(-1, keepdims=True))
-    return e / e.sum(-1, keepdims=True)
-
-
 # --- demo 3: the residual stream -----------------------------------------------------------------
 
 def residual_norms(model, ids) -> list[dict]:

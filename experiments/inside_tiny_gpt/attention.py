@@ -4,7 +4,6 @@ from __future__ import annotations
 import math
 
 from attention_jax.errors import ConfigError
-from experiments.inside_tiny_gpt.anatomy import softmax_np
 from experiments.inside_tiny_gpt.constants import LECTURE_SQRT_D, SHADES, SQRT_D_DIMS, SQRT_D_KEYS, SQRT_D_SEED
 from experiments.inside_tiny_gpt.evaluate import cached_run
 
@@ -92,6 +91,7 @@ def attention_demo(model, tok, name: str) -> dict:
 def sqrt_d_random(rows: int, dims=SQRT_D_DIMS, keys: int = SQRT_D_KEYS, seed: int = SQRT_D_SEED) -> list[dict]:
     """q, k ~ N(0, 1) per component, `rows` queries against `keys` keys each, for every d_k."""
     import numpy as np
+    from attention_jax import functional as F
     rng = np.random.default_rng(seed)
     out = []
     for dk in dims:
@@ -102,7 +102,7 @@ def sqrt_d_random(rows: int, dims=SQRT_D_DIMS, keys: int = SQRT_D_KEYS, seed: in
             k = rng.standard_normal((n, keys, dk), dtype=np.float32)
             s_parts.append((q * k).sum(-1, dtype=np.float64))
         s = np.concatenate(s_parts)                                 # [rows, keys]
-        raw, scaled = softmax_np(s).max(-1), softmax_np(s / math.sqrt(dk)).max(-1)
+        raw, scaled = (np.asarray(F.masked_softmax(x)).max(-1) for x in (s, s / math.sqrt(dk)))
         out.append(dict(d_k=dk, std=float(s.std()), sqrt_d=math.sqrt(dk), raw_max=float(raw.mean()),
                         scaled_max=float(scaled.mean()), saturated=float((raw > 0.99).mean()),
                         scaled_saturated=float((scaled > 0.99).mean()), lecture=LECTURE_SQRT_D.get(dk, "-")))
@@ -119,6 +119,7 @@ def entropy_rows(weights, mask):
 def sqrt_d_trained(model, ids) -> list[dict]:
     """Per layer: std of the real scores with and without the √d division, and the rows' entropy both ways."""
     import numpy as np
+    from attention_jax import functional as F
     cache = cached_run(model, ids)
     T, dh = len(ids), model.config.head_dim
     causal = np.tril(np.ones((T, T), bool))
@@ -129,8 +130,7 @@ def sqrt_d_trained(model, ids) -> list[dict]:
         seen = s[:, causal]
         rows = []
         for scale in (1.0, math.sqrt(dh)):                                         # as trained / without ÷√d
-            masked = np.where(causal, s * scale, -np.inf)
-            w = softmax_np(masked)
+            w = np.asarray(F.masked_softmax(s * scale, causal), np.float64)
             rows.append((entropy_rows(w, causal), float(w.max(-1).mean()), float((w.max(-1) > 0.99).mean())))
         out.append(dict(layer=i, std_scaled=float(seen.std()), std_unscaled=float((seen * math.sqrt(dh)).std()),
                         entropy=rows[0][0], entropy_unscaled=rows[1][0], uniform_entropy=uniform,

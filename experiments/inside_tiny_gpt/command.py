@@ -2,13 +2,14 @@
 from __future__ import annotations
 
 import dataclasses
+import functools
 import math
 
 from attention_jax.errors import ConfigError
 from attention_jax.harness import report
 from attention_jax.harness.experiment import Result
 from experiments.inside_tiny_gpt.ablations import ablation_claims, ablation_list, run_ablations
-from experiments.inside_tiny_gpt.anatomy import demo_params, forward_check, residual_norms, softmax_np
+from experiments.inside_tiny_gpt.anatomy import demo_params, forward_check, residual_norms
 from experiments.inside_tiny_gpt.attention import (
     ascii_heatmap, attention_demo, heatmap_figure, sqrt_d_random, sqrt_d_trained)
 from experiments.inside_tiny_gpt.constants import (
@@ -23,15 +24,13 @@ def flags(p) -> None:
                    help="seed of the generated world (people, cities, text); another seed trains a new model")
 
 
-def _pm(mean: float, std: float, fmt: str = ".3f") -> str:
-    return format(mean, fmt) if not std else f"{format(mean, fmt)} ± {format(std, fmt)}"
-
-
 def run(ctx) -> Result:
     import numpy as np
+    from attention_jax import functional as F
     from attention_jax.data import eval_windows
     from attention_jax.data import tiny_world as tw
     from attention_jax.harness import rows as row_cache
+    pm = functools.partial(row_cache.fmt, spec=".3f")     # mean ± std over the seeds
     args, tc = ctx.args, ctx.settings
     if args.corpus or args.data:
         raise ConfigError("the tiny GPT trains on the generated world, not a corpus; drop --corpus/--data "
@@ -54,8 +53,8 @@ def run(ctx) -> Result:
     model = models[0]
     took = "reopened from the row cache" if record["cached"] else f"trained in {record['seconds']:.1f} s"
     final = {k: row_cache.summary(record, k) for k in record["final"]}
-    print(f"tiny GPT ({record['params']:,} parameters) {took}: validation {_pm(*final['val_bpc'][:2])} bits/char, "
-          f"fact accuracy {_pm(*final['fact_acc'][:2])}", flush=True)
+    print(f"tiny GPT ({record['params']:,} parameters) {took}: validation {pm(*final['val_bpc'][:2])} bits/char, "
+          f"fact accuracy {pm(*final['fact_acc'][:2])}", flush=True)
     tables, figures, claims = {}, {}, []
     person = world.people[0]
 
@@ -92,7 +91,7 @@ def run(ctx) -> Result:
         print(f"  {step:<62} {tuple(int(s) for s in shape)}", flush=True)
 
     check = forward_check(model, ids, say)
-    probs = softmax_np(check["logits"][-1])
+    probs = np.asarray(F.masked_softmax(check["logits"][-1]))
     top5 = np.argsort(-probs, kind="stable")[:5]
     next_text = "  ".join(f"{tw.show(tok.alphabet[i])!r} {probs[i]:.3f}" for i in top5)
     print(f"  max |raw - module| = {check['max_abs_diff']:.2e} (logits up to {check['logit_scale']:.1f}); "
@@ -181,8 +180,8 @@ def run(ctx) -> Result:
     print(f"\nablations on {len(models)} model(s): {len(ablation_list(CONFIG))} each ...", flush=True)
     abl = run_ablations(models, tok, world, vx, vy)
     for r in abl:
-        r["bpc_text"] = _pm(r["bpc"], r.get("bpc_std", 0.0))
-        r["acc_text"] = _pm(r["acc"], float(np.std(r["acc_seeds"], ddof=1)) if len(r["acc_seeds"]) > 1 else 0.0)
+        r["bpc_text"] = pm(r["bpc"], r.get("bpc_std", 0.0))
+        r["acc_text"] = pm(r["acc"], float(np.std(r["acc_seeds"], ddof=1)) if len(r["acc_seeds"]) > 1 else 0.0)
     tables["6. Ablations: validation bits per character and fact-completion accuracy"] = report.format_table(
         [("key", "ablation", ""), ("ablation", "what", ""), ("bpc_text", "val bits/char", ""),
          ("change", "change", "+.3f"), ("acc_text", "fact accuracy", ""), ("lecture_bpc", "lecture bits/char", ".3f"),
@@ -205,9 +204,9 @@ def run(ctx) -> Result:
     claims += report.claims_across_seeds(ablation_claims, by_key, len(seeds))
 
     # training
-    train_rows = [dict(figure="validation bits/char", ours=_pm(*final["val_bpc"][:2]), lecture="0.409"),
-                  dict(figure="train-window bits/char", ours=_pm(*final["train_bpc"][:2]), lecture="-"),
-                  dict(figure="fact accuracy (teacher-forced argmax)", ours=_pm(*final["fact_acc"][:2]),
+    train_rows = [dict(figure="validation bits/char", ours=pm(*final["val_bpc"][:2]), lecture="0.409"),
+                  dict(figure="train-window bits/char", ours=pm(*final["train_bpc"][:2]), lecture="-"),
+                  dict(figure="fact accuracy (teacher-forced argmax)", ours=pm(*final["fact_acc"][:2]),
                        lecture="0.93"),
                   dict(figure="fact accuracy (greedy decoding, the lecture's way; seed 0)", ours=f"{greedy0:.3f}",
                        lecture="0.93"),

@@ -8,8 +8,9 @@ from experiments.winograd.constants import BOOK, BOOK_PAIR, CHANCE
 
 
 def pct(record: dict, figure: str) -> str:
+    from attention_jax.harness.rows import fmt
     values = 100 * np.asarray(record[f"{figure}_seeds"], np.float64)
-    return f"{values.mean():.1f}" + (f" ± {values.std(ddof=1):.1f}" if len(values) > 1 else "")
+    return fmt(values.mean(), values.std(ddof=1) if len(values) > 1 else 0.0, ".1f")
 
 
 def accuracy_figure(records: list[dict], book: bool, title: str):
