@@ -179,6 +179,7 @@ def test_ctrl_c_during_the_first_compile_exits_130_without_a_crash(tmp_path, cor
     import subprocess
     import sys
     env = dict(os.environ, ATTENTION_JAX_DATA=str(corpus_folder), ATTENTION_JAX_CACHE=str(tmp_path / "cache"))
+    env.pop("JAX_COMPILATION_CACHE_DIR", None)               # a cached program would leave no compile to interrupt
     proc = subprocess.Popen([sys.executable, "-m", "experiments.ladder", *SMOKE, "--rows", "two_blocks",
                              "--out", str(tmp_path / "out")], env=env, stdout=subprocess.PIPE,
                             stderr=subprocess.PIPE, text=True)

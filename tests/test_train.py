@@ -393,7 +393,7 @@ def test_grad_norm_per_block_is_the_norm_of_that_blocks_gradient():
     mc = dataclasses.replace(MC, n_layers=3)
     eng = Engine(mc, TC)
     state, b = eng.init([0]), batch(eng)
-    _, _, grads = plain_step(eng, eng.init([0]), b)
+    _, _, grads = jax.jit(lambda s, b: plain_step(eng, s, b))(eng.init([0]), b)
     by_hand = [np.sqrt(sum(np.sum(np.asarray(g, np.float64) ** 2) for g in jax.tree.leaves(grads["blocks"][i])))
                for i in range(3)]
     every = np.sqrt(sum(np.sum(np.asarray(g, np.float64) ** 2) for g in jax.tree.leaves(grads)))
