@@ -173,6 +173,15 @@ def test_checkpoint_of_another_configuration_is_refused(tmp_path, engine):
 
 # -- seeds -------------------------------------------------------------------------------
 
+def test_init_op_by_op_is_the_compiled_init_bit_for_bit(engine):
+    """Engine.init runs op by op on one device (compiling it costs as much as the step); the
+    parameters and optimizer state are the bits the compiled program gives, per seed too."""
+    for n_seeds, seeds in ((1, [3]), (2, [0, 5])):
+        eng = engine(MC, n_seeds)
+        compiled = jax.jit(jax.vmap(eng._init_one) if eng.vmapped else eng._init_one)(eng._keys(seeds))
+        assert_same_state(eng.init(seeds), compiled)
+
+
 def test_two_seeds_in_one_vmapped_run(engine):
     both = run(engine=engine(MC, 2), seeds=[0, 1])
     single = run(engine=engine(), seeds=[0])

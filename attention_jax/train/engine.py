@@ -89,7 +89,13 @@ class Engine:
             raise ConfigError(f"batch_size={train_config.batch_size} does not split over {len(devices)} "
                               "devices; use a multiple of the device count")
         replicated = None if self.mesh is None else NamedSharding(self.mesh, P())
-        self._init = jax.jit(over_seeds(self._init_one), out_shardings=replicated)
+        # On one device the initialisation runs op by op rather than as one compiled program:
+        # XLA takes about as long to compile a model's init (a threefry per parameter) as its
+        # training step, while op by op each random draw compiles once per shape, for every
+        # later row and seed too. The parameters are the same bits either way (tests). Over
+        # a mesh it is compiled, so that every process gets the state laid out alike.
+        init = over_seeds(self._init_one)
+        self._init = init if self.mesh is None else jax.jit(init, out_shardings=replicated)
         self._step = jax.jit(over_seeds(self._step_one), donate_argnums=0)
         self._nll = jax.jit(over_seeds(self._nll_one, in_axes=(0, None, None, None)))
         self._logits = jax.jit(over_seeds(self._logits_one, in_axes=(0, None)))
