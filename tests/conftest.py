@@ -40,7 +40,9 @@ def pytest_configure(config):
     os.environ.setdefault("JAX_PERSISTENT_CACHE_MIN_ENTRY_SIZE_BYTES", "0")
     if "xla_backend_optimization_level" not in os.environ.get("XLA_FLAGS", ""):
         os.environ["XLA_FLAGS"] = f"{os.environ.get('XLA_FLAGS', '')} {TEST_XLA_FLAGS}".strip()
-    import jax   # after the environment is set: jax reads it at import and XLA when its backend starts
+    # This process's config too, in case jax was imported before this hook (a plugin). XLA reads
+    # XLA_FLAGS when the backend starts, after this.
+    import jax
     jax.config.update("jax_compilation_cache_dir", os.environ["JAX_COMPILATION_CACHE_DIR"])
     jax.config.update("jax_persistent_cache_min_compile_time_secs", 0.0)
     jax.config.update("jax_persistent_cache_min_entry_size_bytes", 0)

@@ -251,9 +251,8 @@ def on_devices(tmp_path_factory):
     script.write_text(DEVICE_SCRIPT)
 
     def start(n):
-        # Both runs compile at optimisation level 0 (2-3x faster to compile on a busy CPU);
-        # the sharding passes are the same, and the comparison is like for like.
-        flags = f"--xla_force_host_platform_device_count={n} --xla_backend_optimization_level=0"
+        # XLA_FLAGS already carries the suite's optimisation level 0 (conftest); add the devices.
+        flags = f"--xla_force_host_platform_device_count={n}"
         env = dict(os.environ, JAX_PLATFORMS="cpu", XLA_FLAGS=f"{os.environ.get('XLA_FLAGS', '')} {flags}",
                    PYTHONPATH=os.pathsep.join(filter(None, [str(REPO), os.environ.get("PYTHONPATH")])))
         return subprocess.Popen([sys.executable, str(script)], cwd=REPO, env=env, text=True,
