@@ -12,9 +12,19 @@ the versions, for experiments to print and record in results.json.
 paged in anew.
 glibc hands every allocation above 32 MB to mmap and gives it back on free, so XLA's
 ~120-250 MB CPU scratch area costs ~60k page faults (~100 ms of kernel time) on every
-training step of the ladder's one-block model. One arena, no mmap and no trimming keep
-freed memory for the next step (measured by experiments/throughput.py). Only glibc's
-malloc is tuned; elsewhere this does nothing.
+training step of the ladder's one-block model. No mmap and no trimming keep freed memory
+for the next step (measured by experiments/throughput.py). Only glibc's malloc is tuned;
+elsewhere this does nothing.
+
+How many arenas depends on how many JAX CPU devices share the process (`malloc_arenas`).
+glibc's default (8 per core) leaves XLA's worker threads arenas that give memory back. One
+arena is the fastest with several CPU devices (the throughput benchmark's two: ~135 ms a
+step against ~185 ms with two to eight arenas), but larger programs fragment it: the
+twelve-block step of `experiments.norms` on three seeds held 11.5 GB at its peak with one
+arena, 3.4 GB with two (3.5 GB untuned), and a `--seeds 3` norms row peaked at 18-21 GB of
+this 24 GB machine. With one CPU device (every training table) two arenas are as fast on
+the one-block step and faster on twelve blocks. README, "Memory", has the figures and
+commands.
 """
 from __future__ import annotations
 
@@ -27,17 +37,32 @@ import sys
 
 REPO_URL = "https://github.com/attention-jax/attention_jax"
 MALLOPT_ENV = "ATTENTION_JAX_MALLOPT"   # "0" turns the tuning off
-# (M_ARENA_MAX, M_MMAP_MAX, M_TRIM_THRESHOLD, M_TOP_PAD); mallopt takes a C int.
-MALLOPT_SETTINGS = ((-8, 1), (-4, 0), (-1, 2**31 - 1), (-2, 64 << 20))
+# (M_MMAP_MAX, M_TRIM_THRESHOLD, M_TOP_PAD) and M_ARENA_MAX; mallopt takes a C int.
+MALLOPT_SETTINGS = ((-4, 0), (-1, 2**31 - 1), (-2, 64 << 20))
+M_ARENA_MAX = -8
 
 
-def apply_mallopt() -> bool:
+def cpu_device_count() -> int:
+    """The JAX CPU devices this process was asked for (without importing JAX): 1 unless configured."""
+    found = re.search(r"--xla_force_host_platform_device_count=(\d+)", os.environ.get("XLA_FLAGS", ""))
+    asked = os.environ.get("JAX_NUM_CPU_DEVICES") or (found.group(1) if found else "1")
+    return int(asked) if asked.strip().isdigit() and int(asked) > 0 else 1
+
+
+def malloc_arenas(cpu_devices: int | None = None) -> int:
+    """glibc arenas for XLA: one when several CPU devices share the process (fastest there), else two
+    (as fast on one device, without one arena's fragmentation of bigger programs)."""
+    return 1 if (cpu_device_count() if cpu_devices is None else cpu_devices) > 1 else 2
+
+
+def apply_mallopt(cpu_devices: int | None = None) -> bool:
     """Tune glibc malloc in this process; best before the first computation starts threads."""
     if os.environ.get(MALLOPT_ENV) == "0":
         return False
     try:
         libc = ctypes.CDLL("libc.so.6")
-        return all(libc.mallopt(param, value) == 1 for param, value in MALLOPT_SETTINGS)
+        settings = ((M_ARENA_MAX, malloc_arenas(cpu_devices)), *MALLOPT_SETTINGS)
+        return all(libc.mallopt(param, value) == 1 for param, value in settings)
     except (OSError, AttributeError):   # not glibc: nothing to tune
         return False
 
