@@ -54,3 +54,13 @@ def test_a_file_that_cannot_be_a_corpus_is_one_line_and_exit_2(tmp_path, content
     assert code == 2 and len(err.strip().splitlines()) == 1, err
     assert err.startswith("error:") and expect in err, err
     assert not (tmp_path / "out" / "ladder" / "rows").exists()      # nothing trained, nothing cached
+
+
+def test_only_the_smoke_preset_reads_a_slice_of_the_held_out_split():
+    import numpy as np
+    from attention_jax.harness.tables import SMOKE_VAL_TOKENS, held_out
+    val = np.arange(46_000)
+    assert held_out(val, "cpu") is val and held_out(val, "paper") is val
+    np.testing.assert_array_equal(held_out(val, "smoke"), val[:SMOKE_VAL_TOKENS])    # the first tokens, in order
+    assert len(held_out(val, "smoke", longest=4096)) == 2 * 4097                     # two of the longest windows
+    assert len(held_out(val[:1000], "smoke")) == 1000                                 # a short split stays whole
