@@ -212,14 +212,19 @@ def early_figure(records: list[dict], first: int, title: str, warmup: int | None
 
 # -- the table -----------------------------------------------------------------------------------
 
+def check_warmup(names, warmup: int, steps: int) -> int:
+    """The warmup rows' warmup, refused when it does not fit in the run; no-warmup rows alone never use it."""
+    if any(ROWS[n][1] for n in names) and not 0 < warmup < steps:
+        raise ConfigError(f"warmup {warmup} must be between 1 and steps - 1 ({steps - 1}); use --warmup N "
+                          f"with N < --steps")
+    return warmup
+
+
 def run(ctx) -> Result:
     from attention_jax.harness.tables import TextTable
     from experiments.plots import curves
     tc = ctx.settings
-    warm = ctx.args.warmup or tc.warmup_steps
-    if not 0 < warm < tc.steps:
-        raise ConfigError(f"warmup {warm} must be between 1 and steps - 1 ({tc.steps - 1}); use --warmup N "
-                          f"with N < --steps")
+    warm = check_warmup(ctx.rows, ctx.args.warmup or tc.warmup_steps, tc.steps)
     with_warmup, without = dataclasses.replace(tc, warmup_steps=warm), dataclasses.replace(tc, warmup_steps=0)
     table = TextTable.open(ctx)
     book, depth = table.book, DEPTH.get(ctx.preset, N_LAYERS)

@@ -12,6 +12,7 @@ import pytest
 from flax import nnx
 
 from attention_jax.config import ModelConfig
+from attention_jax.errors import ConfigError
 from attention_jax.harness import report
 from attention_jax.model import LanguageModel
 from experiments import norms
@@ -150,6 +151,15 @@ def test_warmup_as_long_as_the_run_is_refused(tmp_path, capsys):
     code = norms.main(["--preset", "smoke", "--warmup", "8", "--no-progress", "--out", str(tmp_path / "out")])
     err = capsys.readouterr().err
     assert code == 2 and len(err.strip().splitlines()) == 1 and "warmup 8" in err, err
+
+
+def test_warmup_is_checked_only_for_warmup_rows():
+    """`--rows post_no_warmup --steps 30` trains: the preset's 100-step warmup is for rows not asked for."""
+    assert norms.check_warmup(["pre_no_warmup", "post_no_warmup"], 100, 30) == 100
+    assert norms.check_warmup(["post_warmup"], 29, 30) == 29
+    for warmup in (30, 0):
+        with pytest.raises(ConfigError, match=f"warmup {warmup} must be"):
+            norms.check_warmup(["post_no_warmup", "post_warmup"], warmup, 30)
 
 
 def test_figures_draw_from_records():
