@@ -1,6 +1,7 @@
 """harness.platform: the warning for a GPU/TPU plugin that JAX did not use, and the backend summary."""
 import importlib.metadata
 import json
+import os
 import pathlib
 import subprocess
 import sys
@@ -149,5 +150,5 @@ def test_mallopt_applies_here_and_can_be_turned_off(monkeypatch):
     code = "from attention_jax.harness.platform import apply_mallopt; print(apply_mallopt())"
     on = subprocess.run([sys.executable, "-c", code], cwd=REPO, capture_output=True, text=True, check=True)
     off = subprocess.run([sys.executable, "-c", code], cwd=REPO, capture_output=True, text=True, check=True,
-                         env={**__import__("os").environ, platform.MALLOPT_ENV: "0"})
+                         env={**os.environ, platform.MALLOPT_ENV: "0"})
     assert (on.stdout.strip(), off.stdout.strip()) == ("True", "False")

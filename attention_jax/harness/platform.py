@@ -22,9 +22,12 @@ arena is the fastest with several CPU devices (the throughput benchmark's two: ~
 step against ~185 ms with two to eight arenas), but larger programs fragment it: the
 twelve-block step of `experiments.norms` on three seeds held 11.5 GB at its peak with one
 arena, 3.4 GB with two (3.5 GB untuned), and a `--seeds 3` norms row peaked at 18-21 GB of
-this 24 GB machine. With one CPU device (every training table) two arenas are as fast on
-the one-block step and faster on twelve blocks. README, "Memory", has the figures and
-commands.
+this 24 GB machine. With one CPU device (every training table) this takes two arenas, which
+is NOT as fast as first measured: in 9 of 20 fresh processes the one-block step ran ~1.5x
+slower, re-faulting ~70k pages a step (likely: the second arena's 64 MB heaps cannot hold
+XLA's scratch area, so glibc mmaps it anew each step); one arena was never slow in 23.
+One arena by default, two only for the twelve-block norms programs, is the change to
+measure next. README, "Memory", has the figures and commands.
 """
 from __future__ import annotations
 
@@ -51,7 +54,7 @@ def cpu_device_count() -> int:
 
 def malloc_arenas(cpu_devices: int | None = None) -> int:
     """glibc arenas for XLA: one when several CPU devices share the process (fastest there), else two
-    (as fast on one device, without one arena's fragmentation of bigger programs)."""
+    (no fragmentation of bigger programs, but slow in about half the processes: see above)."""
     return 1 if (cpu_device_count() if cpu_devices is None else cpu_devices) > 1 else 2
 
 

@@ -19,7 +19,6 @@ import sys
 from attention_jax.harness.platform import MALLOPT_ENV, apply_mallopt
 
 
-
 def _cpu_devices(argv: list[str]) -> int:
     """The JAX CPU devices a worker will run (`--devices N`, 0: JAX's default of one).
 
