@@ -120,30 +120,26 @@ def test_importing_platform_does_not_import_jax():
     assert out.stdout.strip() == "[]"
 
 
-@pytest.mark.parametrize("env, arenas", [
-    ({}, 2),                                                                     # one CPU device: two arenas
-    ({"XLA_FLAGS": "--xla_backend_optimization_level=0 --xla_force_host_platform_device_count=4"}, 1),
-    ({"JAX_NUM_CPU_DEVICES": "2"}, 1),
-    ({"JAX_NUM_CPU_DEVICES": "1", "XLA_FLAGS": "--xla_force_host_platform_device_count=8"}, 2),   # jax's own wins
-    ({"JAX_NUM_CPU_DEVICES": "junk"}, 2),
+@pytest.mark.parametrize("env, big_programs, arenas", [
+    ({}, False, 1),                                  # one arena: a second one re-faults XLA's scratch area
+    ({}, True, 2),                                   # the norms table: one arena fragments (12.4 GB vs 3.9)
+    ({platform.ARENAS_ENV: "3"}, False, 3),          # the override wins either way
+    ({platform.ARENAS_ENV: "1"}, True, 1),
+    ({platform.ARENAS_ENV: "junk"}, True, 2),        # not a positive number: ignored
+    ({platform.ARENAS_ENV: "0"}, False, 1),
 ])
-def test_malloc_arenas_follow_the_cpu_devices_asked_for(monkeypatch, env, arenas):
-    # One arena is fastest with several CPU devices, but fragments on bigger programs (a
-    # 12-block step on 3 seeds held 11.5 GB instead of 3.4): one device gets two.
-    for name in ("XLA_FLAGS", "JAX_NUM_CPU_DEVICES"):
-        monkeypatch.delenv(name, raising=False)
+def test_malloc_arenas_are_one_unless_the_programs_are_big(monkeypatch, env, big_programs, arenas):
+    monkeypatch.delenv(platform.ARENAS_ENV, raising=False)
     for name, value in env.items():
         monkeypatch.setenv(name, value)
-    assert platform.malloc_arenas() == arenas
-    assert platform.malloc_arenas(cpu_devices=3) == 1 and platform.malloc_arenas(cpu_devices=1) == 2
+    assert platform.malloc_arenas(big_programs) == arenas
 
 
-def test_throughput_workers_get_the_arenas_of_their_devices():
-    from experiments.throughput.worker import _cpu_devices
-    assert platform.malloc_arenas(_cpu_devices(["worker", "jax", "--batch", "64", "--devices", "2"])) == 1
-    assert platform.malloc_arenas(_cpu_devices(["worker", "jax", "--batch", "64", "--devices", "1"])) == 2
-    assert platform.malloc_arenas(_cpu_devices(["worker", "jax", "--devices", "0"])) == 2   # JAX's default: one
-    assert platform.malloc_arenas(_cpu_devices(["worker", "torch", "--batch", "64"])) == 1  # as torch was measured
+def test_only_the_norms_table_declares_big_programs():
+    import importlib
+    names = ["ladder", "positions", "norms", "scale_ablation", "winograd", "inside_tiny_gpt", "throughput"]
+    big = [n for n in names if importlib.import_module(f"experiments.{n}").EXPERIMENT.big_programs]
+    assert big == ["norms"]
 
 
 def test_mallopt_applies_here_and_can_be_turned_off(monkeypatch):
@@ -152,3 +148,18 @@ def test_mallopt_applies_here_and_can_be_turned_off(monkeypatch):
     off = subprocess.run([sys.executable, "-c", code], cwd=REPO, capture_output=True, text=True, check=True,
                          env={**os.environ, platform.MALLOPT_ENV: "0"})
     assert (on.stdout.strip(), off.stdout.strip()) == ("True", "False")
+
+
+@pytest.mark.parametrize("name, big", [("norms", True), ("ladder", False)])
+def test_a_command_line_run_tunes_malloc_for_its_programs(monkeypatch, name, big):
+    """`python -m experiments.<name>` applies the tuning before anything else, with its own arena count."""
+    import importlib
+
+    from attention_jax.harness import cli, experiment
+    asked = []
+    monkeypatch.setattr(experiment, "apply_mallopt", lambda big_programs=False: asked.append(big_programs))
+    monkeypatch.setattr(cli, "catch_interrupts", lambda: None)
+    monkeypatch.setattr(sys, "argv", [name, "--help"])
+    with pytest.raises(SystemExit):
+        importlib.import_module(f"experiments.{name}").EXPERIMENT.main()
+    assert asked == [big]

@@ -80,6 +80,7 @@ class Experiment:
     run: Callable[[Context], Result]
     flags: Callable[[argparse.ArgumentParser], None] | None = None
     rows: Sequence[str] | None = None        # a training table: --rows and the shared training flags
+    big_programs: bool = False               # programs that fragment one glibc arena (harness/platform.py)
 
     def parser(self) -> argparse.ArgumentParser:
         p = cli.parser(self.name, self.description.strip().splitlines()[0], self.presets)
@@ -129,7 +130,7 @@ class Experiment:
     def main(self, argv: list[str] | None = None) -> int:
         """The command line: run, print, save; one line and exit 2 for a user error, 130 for Ctrl-C."""
         if argv is None:   # a command-line run (tests pass argv): keep XLA's scratch memory
-            apply_mallopt()
+            apply_mallopt(self.big_programs)
             cli.catch_interrupts()
         try:
             self.execute(self.parser().parse_args(argv))

@@ -16,18 +16,15 @@ training step of the ladder's one-block model. No mmap and no trimming keep free
 for the next step (measured by experiments/throughput.py). Only glibc's malloc is tuned;
 elsewhere this does nothing.
 
-How many arenas depends on how many JAX CPU devices share the process (`malloc_arenas`).
-glibc's default (8 per core) leaves XLA's worker threads arenas that give memory back. One
-arena is the fastest with several CPU devices (the throughput benchmark's two: ~135 ms a
-step against ~185 ms with two to eight arenas), but larger programs fragment it: the
-twelve-block step of `experiments.norms` on three seeds held 11.5 GB at its peak with one
-arena, 3.4 GB with two (3.5 GB untuned), and a `--seeds 3` norms row peaked at 18-21 GB of
-this 24 GB machine. With one CPU device (every training table) this takes two arenas, which
-is NOT as fast as first measured: in 9 of 20 fresh processes the one-block step ran ~1.5x
-slower, re-faulting ~70k pages a step (likely: the second arena's 64 MB heaps cannot hold
-XLA's scratch area, so glibc mmaps it anew each step); one arena was never slow in 23.
-One arena by default, two only for the twelve-block norms programs, is the change to
-measure next. README, "Memory", has the figures and commands.
+How many glibc arenas (`malloc_arenas`): one, except for an experiment that declares
+`big_programs` (the twelve-block norms table). glibc's default (8 per core) leaves XLA's
+worker threads arenas that give memory back. A second arena is slow: its 64 MB heaps cannot
+hold XLA's ~240 MB scratch area, so in about half of all processes (9 of 20 measured) the
+one-block step ran ~1.5x slower, re-faulting ~70k pages a step; one arena was never slow
+(0 of 23). But one arena fragments on bigger programs: the twelve-block step of
+`experiments.norms` on three seeds peaked at 12.4 GB with one arena, 3.9 GB with two (3.7 GB
+untuned), so that table keeps two. `ATTENTION_JAX_ARENAS=N` overrides both. README,
+"Memory", has the figures and the commands that measured them.
 """
 from __future__ import annotations
 
@@ -43,28 +40,24 @@ MALLOPT_ENV = "ATTENTION_JAX_MALLOPT"   # "0" turns the tuning off
 # (M_MMAP_MAX, M_TRIM_THRESHOLD, M_TOP_PAD) and M_ARENA_MAX; mallopt takes a C int.
 MALLOPT_SETTINGS = ((-4, 0), (-1, 2**31 - 1), (-2, 64 << 20))
 M_ARENA_MAX = -8
+ARENAS_ENV = "ATTENTION_JAX_ARENAS"     # a positive number overrides malloc_arenas()
 
 
-def cpu_device_count() -> int:
-    """The JAX CPU devices this process was asked for (without importing JAX): 1 unless configured."""
-    found = re.search(r"--xla_force_host_platform_device_count=(\d+)", os.environ.get("XLA_FLAGS", ""))
-    asked = os.environ.get("JAX_NUM_CPU_DEVICES") or (found.group(1) if found else "1")
-    return int(asked) if asked.strip().isdigit() and int(asked) > 0 else 1
+def malloc_arenas(big_programs: bool = False) -> int:
+    """glibc arenas for XLA: one (fast, see above), two for big programs that fragment one arena."""
+    asked = os.environ.get(ARENAS_ENV, "").strip()
+    if asked.isdigit() and int(asked) > 0:
+        return int(asked)
+    return 2 if big_programs else 1
 
 
-def malloc_arenas(cpu_devices: int | None = None) -> int:
-    """glibc arenas for XLA: one when several CPU devices share the process (fastest there), else two
-    (no fragmentation of bigger programs, but slow in about half the processes: see above)."""
-    return 1 if (cpu_device_count() if cpu_devices is None else cpu_devices) > 1 else 2
-
-
-def apply_mallopt(cpu_devices: int | None = None) -> bool:
+def apply_mallopt(big_programs: bool = False) -> bool:
     """Tune glibc malloc in this process; best before the first computation starts threads."""
     if os.environ.get(MALLOPT_ENV) == "0":
         return False
     try:
         libc = ctypes.CDLL("libc.so.6")
-        settings = ((M_ARENA_MAX, malloc_arenas(cpu_devices)), *MALLOPT_SETTINGS)
+        settings = ((M_ARENA_MAX, malloc_arenas(big_programs)), *MALLOPT_SETTINGS)
         return all(libc.mallopt(param, value) == 1 for param, value in settings)
     except (OSError, AttributeError):   # not glibc: nothing to tune
         return False

@@ -18,20 +18,7 @@ import sys
 # import runs no jax computation, so no thread pool has started yet.
 from attention_jax.harness.platform import MALLOPT_ENV, apply_mallopt
 
-
-def _cpu_devices(argv: list[str]) -> int:
-    """The JAX CPU devices a worker will run (`--devices N`, 0: JAX's default of one).
-
-    PyTorch's worker counts as several: it keeps the one arena its figures were measured with.
-    """
-    if "jax" not in argv:
-        return 2
-    n = argv[argv.index("--devices") + 1] if "--devices" in argv[:-1] else "0"
-    return int(n) if n.isdigit() and int(n) > 0 else 1
-
-
-MALLOPT_APPLIED = (os.environ.get(MALLOPT_ENV) == "1" and __name__ == "__main__"
-                   and apply_mallopt(_cpu_devices(sys.argv)))
+MALLOPT_APPLIED = os.environ.get(MALLOPT_ENV) == "1" and __name__ == "__main__" and apply_mallopt()
 
 import argparse  # noqa: E402
 import json  # noqa: E402
