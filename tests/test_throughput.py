@@ -107,3 +107,40 @@ def test_a_contestant_that_fails_is_reported_with_its_reason_not_a_traceback(cap
                      {"batch": 1, "warmup": 1, "rounds": 1, "steps": 1})
     assert got["broken"]["failed"] and "--no-such-flag" in got["broken"]["reason"]
     assert "Traceback" not in capfd.readouterr().err
+
+
+def test_hlo_ops_name_each_instruction_with_its_shape_and_origin():
+    from experiments.throughput.profile import hlo_ops
+    text = jax.jit(lambda a, b: jnp.tanh(a @ b)).lower(jnp.ones((8, 4)), jnp.ones((4, 16))).compile().as_text()
+    ops = hlo_ops(text)
+    assert any(shape == "f32[8,16]" and "dot_general" in origin for shape, origin in ops.values())
+    assert all(shape == "tuple" or "[" in shape for shape, _ in ops.values())
+
+
+def test_op_times_are_per_step_and_longest_first(tmp_path):
+    import gzip
+    from experiments.throughput.profile import op_times
+    events = [{"ph": "X", "name": "dot.1", "dur": 3000}, {"ph": "X", "name": "dot.1", "dur": 1000},
+              {"ph": "X", "name": "fusion.2", "dur": 6000}, {"ph": "i", "name": "marker"}]
+    trace = tmp_path / "t.trace.json.gz"
+    with gzip.open(trace, "wt") as f:
+        json.dump({"traceEvents": events}, f)
+    assert op_times(str(trace), steps=2) == [("fusion.2", 3.0, 0.5), ("dot.1", 2.0, 1.0)]
+
+
+def test_the_profile_command_lists_the_steps_xla_ops():
+    import os
+    import subprocess
+    import sys
+    out = subprocess.run([sys.executable, "-m", "experiments.throughput.profile", "--batch", "8", "--steps", "1",
+                          "--top", "5"], capture_output=True, text=True, env={**os.environ, "JAX_PLATFORMS": "cpu"},
+                         cwd=__import__("pathlib").Path(__file__).resolve().parents[1], timeout=240)
+    assert out.returncode == 0, out.stderr[-2000:]
+    lines = out.stdout.splitlines()
+    assert lines[0].startswith("cpu, 1 device(s), batch 8:") and "ms a step" in lines[0]
+    rows = lines[2:]
+    assert len(rows) == 5 and all(float(r.split()[0]) > 0 for r in rows)
+    assert any("dot_general" in r for r in rows)                       # the matmuls are among the longest
+    bad = subprocess.run([sys.executable, "-m", "experiments.throughput.profile", "--steps", "0"],
+                         capture_output=True, text=True)
+    assert bad.returncode == 2 and bad.stderr.startswith("error:")

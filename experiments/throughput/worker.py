@@ -34,7 +34,11 @@ VOCAB = 1024   # the ladder's "layer_norm" row; checked against its config below
 
 
 def jax_contestant(batch: int, devices: int, loss_only: bool = False, attention: str = "auto",
-                   dtype: str = "float32", context: int = CONTEXT):
+                   dtype: str = "float32", context: int = CONTEXT, with_hlo: bool = False):
+    """(step(i), peak(), info): one training step on batch i % 4, the backend's matmul rate, what ran.
+
+    with_hlo: info["hlo"] is the compiled step's HLO text (experiments/throughput/profile.py).
+    """
     import dataclasses
 
     import jax
@@ -74,6 +78,8 @@ def jax_contestant(batch: int, devices: int, loss_only: bool = False, attention:
 
     info = {"backend": jax.default_backend(), "devices": jax.device_count(),
             "attention": resolve_attention(cfg), "dtype": dtype, "context": context}
+    if with_hlo:
+        info["hlo"] = engine._step.lower(state, batches[0]).compile().as_text()
     return step, peak, info
 
 
