@@ -111,6 +111,25 @@ def test_backend_summary_here_is_the_cpu():
     assert isinstance(summary["plugins"], dict)
     assert json.loads(json.dumps(summary)) == summary          # goes into results.json as is
     assert platform.describe_backend(summary).startswith("backend: cpu (")
+    assert summary["host"]["cores"] == os.cpu_count()
+    assert f"; host: {platform.describe_host(summary['host'])}" in platform.describe_backend(summary)
+
+
+@pytest.mark.parametrize("cpuinfo, units, said", [
+    ("model name\t: Intel(R) Xeon(R) Processor\nflags\t\t: fpu avx512f avx512_bf16 amx_bf16 amx_tile\n",
+     ["AMX", "AVX512-BF16"], "Intel(R) Xeon(R) Processor, 3 cores, bfloat16 units: AMX, AVX512-BF16"),
+    ("model name\t: AMD EPYC 7B12\nflags\t\t: fpu avx2 fma\n", [], "AMD EPYC 7B12, 3 cores, bfloat16 units: none"),
+    ("processor\t: 0\nFeatures\t: fp asimd bf16 i8mm\n", ["BF16"], None),
+    ("", None, None),
+])
+def test_host_cpu_names_the_bfloat16_matrix_units(cpuinfo, units, said, monkeypatch):
+    monkeypatch.setattr(os, "cpu_count", lambda: 3)
+    cpu = platform.host_cpu(cpuinfo)
+    assert cpu["bf16_units"] == units and cpu["cores"] == 3
+    if said:
+        assert platform.describe_host(cpu) == said
+    if units is None:
+        assert platform.describe_host(cpu).endswith("bfloat16 units: unknown")
 
 
 def test_importing_platform_does_not_import_jax():

@@ -74,6 +74,30 @@ def test_dense_gradients_equal_plain_einsum_gradients(n_in, n_out, bias, rng):
     chex.assert_trees_all_close(per_seed, jax.vmap(lambda w: jax.grad(loss(plain), 1)(x, w, b))(ws), atol=1e-5)
 
 
+@pytest.mark.parametrize("lead", [(6,), (3, 5), (2, 3, 4)])
+@pytest.mark.parametrize("n_in, n_out", [(8, 24), (24, 8)])
+def test_bfloat16_dense_equals_float32_on_the_same_rounded_numbers(lead, n_in, n_out, rng):
+    # The low-precision path (float32 accumulation, transposed operands copied first on a
+    # CPU) against float32 arithmetic on the same bfloat16 inputs: only the final rounding
+    # of each result to bfloat16 may differ.
+    bf16 = lambda a: np.asarray(jnp.asarray(a, jnp.bfloat16), np.float32)
+    x, w, b = (bf16(rng.standard_normal(s)) for s in ((*lead, n_in), (n_in, n_out), (n_out,)))
+    probe = bf16(rng.standard_normal((*lead, n_out)))
+
+    def loss(x, w, b):
+        return jnp.sum(F.dense(x, w, b).astype(jnp.float32) * probe)
+
+    low = [jnp.asarray(a, jnp.bfloat16) for a in (x, w, b)]
+    y = jax.jit(F.dense)(*low)
+    assert y.dtype == jnp.bfloat16
+    np.testing.assert_allclose(np.asarray(y, np.float32), x @ w + b, rtol=1e-2, atol=1e-2)
+    grads = jax.jit(jax.grad(loss, (0, 1, 2)))(*low)
+    expected = jax.grad(loss, (0, 1, 2))(x, w, b)
+    for g, e in zip(grads, expected):
+        assert g.dtype == jnp.bfloat16
+        np.testing.assert_allclose(np.asarray(g, np.float32), np.asarray(e), rtol=1e-2, atol=2e-2)
+
+
 @pytest.mark.parametrize("T, with_bias", [(1, False), (7, True), (16, False)])
 def test_attention_in_causal_halves_equals_one_masked_softmax(T, with_bias, rng):
     q, k, v = (rng.standard_normal((2, 3, T, 8)).astype(np.float32) for _ in range(3))
@@ -133,13 +157,14 @@ def test_the_profile_command_lists_the_steps_xla_ops():
     import subprocess
     import sys
     out = subprocess.run([sys.executable, "-m", "experiments.throughput.profile", "--batch", "8", "--steps", "1",
-                          "--top", "5"], capture_output=True, text=True, env={**os.environ, "JAX_PLATFORMS": "cpu"},
+                          "--top", "15", "--attention", "reference", "--dtype", "float32"], capture_output=True, text=True,
+                         env={**os.environ, "JAX_PLATFORMS": "cpu"},
                          cwd=__import__("pathlib").Path(__file__).resolve().parents[1], timeout=240)
     assert out.returncode == 0, out.stderr[-2000:]
     lines = out.stdout.splitlines()
-    assert lines[0].startswith("cpu, 1 device(s), batch 8:") and "ms a step" in lines[0]
+    assert lines[0].startswith("cpu, 1 device(s), batch 8, reference attention, float32:") and "ms a step" in lines[0]
     rows = lines[2:]
-    assert len(rows) == 5 and all(float(r.split()[0]) > 0 for r in rows)
+    assert len(rows) == 15 and all(float(r.split()[0]) > 0 for r in rows)
     assert any("dot_general" in r for r in rows)                       # the matmuls are among the longest
     bad = subprocess.run([sys.executable, "-m", "experiments.throughput.profile", "--steps", "0"],
                          capture_output=True, text=True)

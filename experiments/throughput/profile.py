@@ -1,6 +1,6 @@
 """Where the benchmark's training step spends its time: XLA's own ops, from a profiler trace.
 
-    python -m experiments.throughput.profile [--devices N] [--batch B] [--steps 5] [--top 25]
+    python -m experiments.throughput.profile [--devices N] [--batch B] [--attention A] [--dtype D] [--steps 5] [--top 25]
 
 Builds the same step as the throughput benchmark's "ours" (`worker.jax_contestant`: the
 ladder's one-block model through `Engine.step`, glibc's malloc tuned in-process), records
@@ -61,6 +61,8 @@ def main(argv=None) -> int:
     p = argparse.ArgumentParser(prog="python -m experiments.throughput.profile", description=__doc__.splitlines()[0])
     p.add_argument("--devices", type=int, default=0, help="JAX CPU devices (0: one per core, as the benchmark)")
     p.add_argument("--batch", type=int, default=64)
+    p.add_argument("--attention", default="auto", help="backend: auto, reference, chunked, fused")
+    p.add_argument("--dtype", default="float32", help="compute dtype: float32, bfloat16")
     p.add_argument("--steps", type=int, default=5, help="steps recorded")
     p.add_argument("--top", type=int, default=25, help="ops printed")
     p.add_argument("--keep", default=None, help="folder to keep the trace in (default: a temporary one)")
@@ -73,7 +75,7 @@ def main(argv=None) -> int:
     import jax
     # The CPU device count must be set before JAX starts a backend; on a GPU/TPU it changes nothing.
     devices = args.devices or cpu_devices(args.batch)
-    step, _, info = jax_contestant(args.batch, devices, with_hlo=True)
+    step, _, info = jax_contestant(args.batch, devices, attention=args.attention, dtype=args.dtype, with_hlo=True)
     for i in range(3):   # compile and warm the allocator, as the benchmark does
         step(i)
     folder = args.keep or tempfile.mkdtemp(prefix="attention_jax-profile-")
@@ -84,7 +86,8 @@ def main(argv=None) -> int:
     wall_ms = (time.perf_counter() - t) * 1e3 / args.steps
     trace_file = max(glob.glob(os.path.join(folder, "**", "*.trace.json.gz"), recursive=True), key=os.path.getmtime)
     ops = hlo_ops(info.pop("hlo"))
-    print(f"{info['backend']}, {info['devices']} device(s), batch {args.batch}: {wall_ms:.1f} ms a step while "
+    print(f"{info['backend']}, {info['devices']} device(s), batch {args.batch}, {args.attention} attention, "
+          f"{args.dtype}: {wall_ms:.1f} ms a step while "
           f"profiled, {args.steps} steps; trace: {trace_file}")
     print(f"{'ms/step':>8} {'calls':>5}  {'op':<28} {'shape':<22} from")
     shown = 0

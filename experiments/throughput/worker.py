@@ -45,6 +45,7 @@ def jax_contestant(batch: int, devices: int, loss_only: bool = False, attention:
     if devices:
         jax.config.update("jax_num_cpu_devices", devices)   # before the backend starts
     import jax.numpy as jnp
+    from attention_jax import functional as F
     from attention_jax.data import get_batch
     from attention_jax.model import resolve_attention
     from attention_jax.train import Engine, TrainConfig
@@ -64,10 +65,13 @@ def jax_contestant(batch: int, devices: int, loss_only: bool = False, attention:
         jax.block_until_ready(metrics)
 
     def peak():
-        """The backend's own matmul rate in this dtype: 2048² on a CPU, 8192² on an accelerator."""
+        """The backend's own matmul rate in this dtype: 2048² on a CPU, 8192² on an accelerator.
+
+        Low precision accumulates in float32, as the model's dense layers do (`kernels._dot`).
+        """
         n = 2048 if jax.default_backend() == "cpu" else 8192
         a = jnp.ones((n, n), jnp.dtype(dtype))
-        f = jax.jit(lambda x: x @ x)
+        f = jax.jit(lambda x: F.dense(x, x))
         f(a).block_until_ready()
         ts = []
         for _ in range(7):
