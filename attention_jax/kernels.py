@@ -73,24 +73,24 @@ def _grads(x2, kernel, dy):
     return dx, jax.lax.optimization_barrier(_dot(dy.T, x2)).T                # ([out, N]·[N, in])ᵀ
 
 
+def _copied_transpose(a):
+    """aᵀ copied in memory: through a 1-D array, which has one layout only, so XLA cannot fold
+    the transpose back into the dot that reads it."""
+    return jax.lax.optimization_barrier(a.T.reshape(-1)).reshape(a.shape[::-1])
+
+
 def _low_precision_cpu_grads(x, kernel, dy):
     """dx and dW with every transposed operand copied first: XLA's low-precision CPU kernel
     reads a transposed operand slowly (the output layer's dx, both devices: 22.7 -> 6.2 ms a
     step, `python -m experiments.throughput.profile --attention reference --dtype bfloat16`).
-    Wᵀ goes through a 1-D array, which has one layout only, so XLA cannot fold the transpose
-    back into the dot. dW contracts every leading axis of x and dy ([B, T] for a model)
-    rather than one flattened token axis: XLA then copies x transposed itself, and the batch
-    axis a mesh shards stays an axis of its own (flattened, it would be gathered from every
-    device first)."""
-    n_in, n_out = kernel.shape
-    kernel_t = jax.lax.optimization_barrier(kernel.T.reshape(-1)).reshape(n_out, n_in)
-    dx = _dot(dy, kernel_t)
+    dW contracts every leading axis of x and dy ([B, T] for a model) rather than one
+    flattened token axis: XLA then copies x transposed itself, and the batch axis a mesh
+    shards stays an axis of its own (flattened, it would be gathered from every device first)."""
+    dx = _dot(dy, _copied_transpose(kernel))
+    if x.ndim == 2:   # one leading axis: nothing to keep apart
+        return dx, _dot(_copied_transpose(x), dy)
     lead = tuple(range(x.ndim - 1))
-    if x.ndim == 2:   # one leading axis: nothing to keep apart, so copy xᵀ through 1-D too
-        x_t = jax.lax.optimization_barrier(x.T.reshape(-1)).reshape(n_in, -1)
-        return dx, _dot(x_t, dy)
-    d_kernel = jax.lax.dot_general(x, dy, ((lead, lead), ((), ())), preferred_element_type=jnp.float32)
-    return dx, d_kernel
+    return dx, jax.lax.dot_general(x, dy, ((lead, lead), ((), ())), preferred_element_type=jnp.float32)
 
 
 _dense.defvjp(_forward, _backward)

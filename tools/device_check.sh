@@ -11,7 +11,7 @@
 # step for every attention backend and dtype (tokens/s, MFU against the GPU's own measured
 # matmul peak). What comes back under $OUT: versions.log, ladder.log, ladder_table.md,
 # ladder_results.json, throughput.log, throughput_table.md. `PRESET=smoke bash
-# tools/device_check.sh` runs the same plumbing on a CPU in a minute (OUT defaults to a
+# tools/device_check.sh` runs the same plumbing on a CPU in about two minutes (OUT defaults to a
 # temporary folder).
 set -uo pipefail
 cd "$(dirname "$0")/.."
