@@ -2,11 +2,13 @@
 torch and lists every measured value at the end of the run (the numbers the closing note cites)."""
 
 import contextlib
+import dataclasses
 import io
 import json
 import os
 import pathlib
 import tempfile
+import time
 
 import numpy as np
 import pytest
@@ -54,16 +56,42 @@ def pytest_configure(config):
     jax.config.update("jax_persistent_cache_min_entry_size_bytes", 0)
 
 
-# Heaviest first: xdist hands whole files (--dist loadfile) to whichever worker is free, so the
-# long smoke runs start at once rather than leaving one worker alone with them at the end.
-HEAVY_FIRST = ("test_norms.py", "test_positions.py", "test_scale_ablation.py", "test_notebook.py",
-               "test_ladder.py", "test_inside_tiny_gpt.py", "test_winograd.py", "test_train.py",
-               "test_throughput.py", "test_model.py", "test_distributed.py")
+# Heaviest first, so that two workers finish together: xdist hands whole files (--dist loadfile)
+# to whichever worker is free, in this order (the scheduler below keeps it; xdist's own would
+# sort files by their number of tests, which put two of the longest files last). The order is
+# by each file's seconds in a cold run on 2 cores (2026-12-01: 80, 75 + 23 for the notebook and
+# the ladder, which run together, 71, 68, 60, 42, 37, 36, 24, 24, 21, 18, 15, 14, 12).
+HEAVY_FIRST = ("test_notebook.py", "test_ladder.py", "test_norms.py", "test_train.py", "test_inside_tiny_gpt.py",
+               "test_scale_ablation.py", "test_model.py", "test_throughput.py", "test_positions.py",
+               "test_experiments_analysis.py", "test_winograd.py", "test_rows.py", "test_damage.py", "test_all.py",
+               "test_functional.py", "test_distributed.py")
 
 
 def pytest_collection_modifyitems(config, items):
     rank = {name: i for i, name in enumerate(HEAVY_FIRST)}
     items.sort(key=lambda item: rank.get(item.path.name, len(rank)))   # stable: file order kept otherwise
+
+
+# Files that start from another file's session fixture go to that file's worker, so the fixture
+# is computed once: the notebook's test reuses the smoke ladder's trained rows (smoke_ladder).
+# (xdist's own `--dist loadgroup` cannot do this with pytest >= 9.2: it renames item ids that
+# pytest no longer reads.)
+SAME_WORKER_AS = {"tests/test_notebook.py": "tests/test_ladder.py"}
+
+
+@pytest.hookimpl(optionalhook=True)          # a hook of pytest-xdist: ignored without it
+def pytest_xdist_make_scheduler(config, log):
+    """`--dist loadfile` in HEAVY_FIRST order, with the files of SAME_WORKER_AS sent to one worker as one unit."""
+    if config.getvalue("dist") != "loadfile":
+        return None
+    config.option.loadscopereorder = False       # keep the collection's order (HEAVY_FIRST)
+    from xdist.scheduler import LoadFileScheduling
+
+    class LoadFileTogether(LoadFileScheduling):
+        def _split_scope(self, nodeid: str) -> str:
+            scope = super()._split_scope(nodeid)
+            return SAME_WORKER_AS.get(scope, scope)
+    return LoadFileTogether(config, log)
 
 
 @pytest.fixture(scope="session")
@@ -96,6 +124,50 @@ def smoke_run(tmp_path_factory, corpus_folder, bpe_cache):
         folder = out / name
         return code, buffer.getvalue(), folder, json.loads((folder / "results.json").read_text())
     return run
+
+
+@dataclasses.dataclass
+class LadderRun:
+    code: int
+    stdout: str
+    seconds: float
+    results: dict | None
+    trained: list[str]      # row names with a checkpoint folder after this run
+
+    def printed_rows(self) -> dict[str, str]:
+        """name -> its line in the per-row progress output."""
+        from experiments import ladder
+        names = [row.name for row in ladder.ROWS]
+        return {line.split()[0]: line for line in self.stdout.splitlines()
+                if line.startswith("  ") and line.split()[0] in names}
+
+
+@pytest.fixture(scope="session")
+def smoke_ladder(tmp_path_factory, corpus_folder, bpe_cache) -> dict:
+    """The smoke ladder trained once for the suite, as a user would run it, into one folder:
+    `--rows heads,no_context` (trains those two), the full ladder (trains the other eight,
+    reuses the two), the full ladder again (trains nothing). {"subset", "full", "again": a
+    LadderRun; "folder": the results folder}. test_ladder.py checks these runs; the notebook's
+    test starts from their trained rows. Both files run on one xdist worker (SAME_WORKER_AS),
+    so the rows are trained once."""
+    from experiments import ladder
+    out = tmp_path_factory.mktemp("ladder_out")
+    folder = out / "ladder"
+    done = {}
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setenv("ATTENTION_JAX_CACHE", str(bpe_cache))
+        mp.setenv("ATTENTION_JAX_DATA", str(corpus_folder))
+        for name, extra in [("subset", ["--rows", "heads,no_context"]), ("full", []), ("again", [])]:
+            buffer, t0 = io.StringIO(), time.perf_counter()
+            with contextlib.redirect_stdout(buffer):
+                code = ladder.main(["--preset", "smoke", "--no-progress", "--out", str(out), *extra])
+            seconds = time.perf_counter() - t0
+            results = json.loads((folder / "results.json").read_text()) if code == 0 else None
+            trained = sorted(p.name.rsplit("-", 1)[0] for p in (folder / "runs").iterdir()) \
+                if (folder / "runs").is_dir() else []
+            done[name] = LadderRun(code, buffer.getvalue(), seconds, results, trained)
+    done["folder"] = folder
+    return done
 
 
 @pytest.fixture

@@ -1,13 +1,13 @@
 """The ladder command end to end, on the smoke preset: files written, rows, parameter
 counts, claims, the row cache, --rows, and one-line errors with exit status 2.
 
-Training is paid once: one module fixture runs the command three times into one folder,
-as a user would: `--rows heads,no_context` (trains those two), the full ladder (trains the
-other eight, reuses the two), then the full ladder again (trains nothing).
+Training is paid once: one session fixture (conftest.smoke_ladder) runs the command three
+times into one folder, as a user would: `--rows heads,no_context` (trains those two), the
+full ladder (trains the other eight, reuses the two), then the full ladder again (trains
+nothing). The notebook's test reuses its rows (both files run on one xdist worker).
 """
 
 import contextlib
-import dataclasses
 import io
 import json
 import math
@@ -27,39 +27,10 @@ def isolated(bpe_cache, monkeypatch):
     monkeypatch.setenv("ATTENTION_JAX_CACHE", str(bpe_cache))
 
 
-@dataclasses.dataclass
-class Run:
-    code: int
-    stdout: str
-    seconds: float
-    results: dict | None
-    trained: list[str]      # row names with a checkpoint folder after this run
-
-    def printed_rows(self) -> dict[str, str]:
-        """name -> its line in the per-row progress output."""
-        return {line.split()[0]: line for line in self.stdout.splitlines()
-                if line.startswith("  ") and line.split()[0] in NAMES}
-
-
-@pytest.fixture(scope="module")
-def runs(tmp_path_factory, corpus_folder, bpe_cache):
-    out = tmp_path_factory.mktemp("ladder_out")
-    folder = out / "ladder"
-    done = {}
-    with pytest.MonkeyPatch.context() as mp:
-        mp.setenv("ATTENTION_JAX_CACHE", str(bpe_cache))
-        mp.setenv("ATTENTION_JAX_DATA", str(corpus_folder))
-        for name, extra in [("subset", ["--rows", "heads,no_context"]), ("full", []), ("again", [])]:
-            buffer, t0 = io.StringIO(), time.perf_counter()
-            with contextlib.redirect_stdout(buffer):
-                code = ladder.main([*SMOKE, "--out", str(out), *extra])
-            seconds = time.perf_counter() - t0
-            results = json.loads((folder / "results.json").read_text()) if code == 0 else None
-            trained = sorted(p.name.rsplit("-", 1)[0] for p in (folder / "runs").iterdir()) \
-                if (folder / "runs").is_dir() else []
-            done[name] = Run(code, buffer.getvalue(), seconds, results, trained)
-    done["folder"] = folder
-    return done
+@pytest.fixture
+def runs(smoke_ladder):
+    """The suite's one smoke ladder (conftest.py): `--rows heads,no_context`, the full ladder, the full ladder again."""
+    return smoke_ladder
 
 
 def test_rows_subset_trains_only_those(runs):
