@@ -35,6 +35,7 @@ def test_the_notebook_runs_on_cpu_at_smoke_size(tmp_path, corpus_folder, bpe_cac
     so the notebook's ladder cell serves them from its row cache and everything after it runs
     on them: the checkpoint reopened, the heads drawn, the tiny GPT trained and opened."""
     nbclient = pytest.importorskip("nbclient")
+    assert smoke_ladder["full"].code == 0, smoke_ladder["full"].stdout     # else test_ladder.py says why
     for part in ("rows", "runs"):
         shutil.copytree(smoke_ladder["folder"] / part, tmp_path / "results" / "ladder" / part)
     # The kernel inherits this environment: the corpus, a private cache, no accelerator.
