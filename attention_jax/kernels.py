@@ -32,9 +32,14 @@ def _dot(a, b):
     bfloat16 kernel (AMX, AVX512-BF16): with a bfloat16 result XLA multiplies in float32 and
     rounds. The throughput benchmark's bfloat16 peak, measured through `dense`, was 4.5x its
     float32 one on a CPU with AMX (README, "bfloat16 on a CPU with matrix units")."""
-    if a.dtype == jnp.float32:
+    if not _low_precision(a.dtype):
         return jnp.dot(a, b)
     return jnp.dot(a, b, preferred_element_type=jnp.float32)
+
+
+def _low_precision(dtype) -> bool:
+    """bfloat16 and float16: the dtypes whose products accumulate in float32 (float64 stays itself)."""
+    return dtype in (jnp.bfloat16, jnp.float16)
 
 
 def _matmul(x, kernel, bias):
@@ -54,7 +59,7 @@ def _forward(x, kernel, bias):
 
 def _backward(saved, dy):
     x, kernel, bias = saved
-    if x.dtype != jnp.float32 and jax.default_backend() == "cpu":
+    if _low_precision(x.dtype) and jax.default_backend() == "cpu":
         dx, d_kernel = _low_precision_cpu_grads(x, kernel, dy)
     else:
         dx, d_kernel = _grads(x.reshape(-1, x.shape[-1]), kernel, dy.reshape(-1, dy.shape[-1]))

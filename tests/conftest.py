@@ -57,8 +57,8 @@ def pytest_configure(config):
 
 
 # Heaviest first, so that two workers finish together: xdist hands whole files (--dist loadfile)
-# to whichever worker is free, in this order (the scheduler below keeps it; xdist's own would
-# sort files by their number of tests, which put two of the longest files last). The order is
+# to whichever worker is free, in this order (the scheduler below keeps it; xdist's own sorts
+# files by their number of tests, which left the notebook's, two tests, among the last). The order is
 # by each file's seconds in a cold run on 2 cores (2026-12-01: 80, 75 + 23 for the notebook and
 # the ladder, which run together, 71, 68, 60, 42, 37, 36, 24, 24, 21, 18, 15, 14, 12).
 HEAVY_FIRST = ("test_notebook.py", "test_ladder.py", "test_norms.py", "test_train.py", "test_inside_tiny_gpt.py",

@@ -27,14 +27,8 @@ def isolated(bpe_cache, monkeypatch):
     monkeypatch.setenv("ATTENTION_JAX_CACHE", str(bpe_cache))
 
 
-@pytest.fixture
-def runs(smoke_ladder):
-    """The suite's one smoke ladder (conftest.py): `--rows heads,no_context`, the full ladder, the full ladder again."""
-    return smoke_ladder
-
-
-def test_rows_subset_trains_only_those(runs):
-    run = runs["subset"]
+def test_rows_subset_trains_only_those(smoke_ladder):
+    run = smoke_ladder["subset"]
     assert run.code == 0, run.stdout
     assert [r["name"] for r in run.results["rows"]] == ["no_context", "heads"]  # the ladder's order
     assert not any(r["cached"] for r in run.results["rows"])
@@ -43,8 +37,8 @@ def test_rows_subset_trains_only_those(runs):
     assert run.results["claims"] == []        # no claim compares these two
 
 
-def test_smoke_ladder_writes_table_results_and_plot(runs):
-    run, folder = runs["full"], runs["folder"]
+def test_smoke_ladder_writes_table_results_and_plot(smoke_ladder):
+    run, folder = smoke_ladder["full"], smoke_ladder["folder"]
     assert run.code == 0, run.stdout
     assert run.stdout.splitlines()[0] == "preset: smoke"
     rows = run.results["rows"]
@@ -74,8 +68,8 @@ def test_smoke_ladder_writes_table_results_and_plot(runs):
     assert "wrote" in run.stdout.splitlines()[-1]
 
 
-def test_same_command_again_is_cached_and_fast(runs):
-    full, again = runs["full"], runs["again"]
+def test_same_command_again_is_cached_and_fast(smoke_ladder):
+    full, again = smoke_ladder["full"], smoke_ladder["again"]
     assert again.code == 0, again.stdout
     printed = again.printed_rows()
     assert sorted(printed) == sorted(NAMES)
@@ -88,7 +82,7 @@ def test_same_command_again_is_cached_and_fast(runs):
     assert again.seconds < min(20.0, full.seconds / 3), (again.seconds, full.seconds)
 
 
-def test_eval_every_records_curves(tmp_path, runs):
+def test_eval_every_records_curves(tmp_path, smoke_ladder):
     """--eval-every N: train and val perplexity along the way, in results.json and curves.png;
     --lr, --batch-size and --schedule override the preset, and the results say so."""
     with contextlib.redirect_stdout(io.StringIO()):
@@ -104,7 +98,7 @@ def test_eval_every_records_curves(tmp_path, runs):
     assert row["history"][-1]["val_ppl"] == [row["val_ppl"]] and row["history"][-1]["train_ppl"] == [row["train_ppl"]]
     assert row["history"][0]["val_ppl"][0] > row["val_ppl"]     # it learned between step 4 and step 12
     assert (tmp_path / "ladder" / "curves.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
-    assert not (runs["folder"] / "curves.png").exists()     # no curves without --eval-every
+    assert not (smoke_ladder["folder"] / "curves.png").exists()     # no curves without --eval-every
 
 
 @pytest.mark.parametrize("args, start", [
@@ -164,13 +158,13 @@ def test_ctrl_c_during_the_first_compile_exits_130_without_a_crash(tmp_path, cor
     assert err.strip().splitlines()[-1].startswith("interrupted: finished results are kept")
 
 
-def test_a_bfloat16_smoke_ladder_row_ends_within_2_percent_of_float32(tmp_path, runs):
+def test_a_bfloat16_smoke_ladder_row_ends_within_2_percent_of_float32(tmp_path, smoke_ladder):
     """Mixed precision (bf16 compute, float32 parameters and optimizer state) trains to the same place."""
     with contextlib.redirect_stdout(io.StringIO()):
         code = ladder.main([*SMOKE, "--rows", "layer_norm,two_blocks", "--dtype", "bfloat16", "--out", str(tmp_path)])
     assert code == 0
     half = {r["name"]: r for r in json.loads((tmp_path / "ladder" / "results.json").read_text())["rows"]}
-    full = {r["name"]: r for r in runs["full"].results["rows"]}
+    full = {r["name"]: r for r in smoke_ladder["full"].results["rows"]}
     for name in half:
         assert half[name]["config"]["dtype"] == "bfloat16" and half[name]["key"] != full[name]["key"]
         rel = abs(half[name]["val_ppl"] / full[name]["val_ppl"] - 1)
