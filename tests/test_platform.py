@@ -182,3 +182,43 @@ def test_a_command_line_run_tunes_malloc_for_its_programs(monkeypatch, name, big
     with pytest.raises(SystemExit):
         importlib.import_module(f"experiments.{name}").EXPERIMENT.main()
     assert asked == [big]
+
+
+COMPILE_ENV = ("JAX_COMPILATION_CACHE_DIR", "JAX_PERSISTENT_CACHE_MIN_COMPILE_TIME_SECS",
+               "JAX_COMPILATION_CACHE_MAX_SIZE", platform.COMPILE_CACHE_ENV)
+
+
+@pytest.mark.parametrize("env, expected", [
+    ({}, {"jax_compilation_cache_dir": "CACHE/jax-compilation", "jax_persistent_cache_min_compile_time_secs": 0.1,
+          "jax_compilation_cache_max_size": 2 << 30}),
+    ({platform.COMPILE_CACHE_ENV: "0"}, {}),                        # turned off
+    ({"JAX_COMPILATION_CACHE_DIR": "/elsewhere"}, {}),              # the user's own cache: JAX reads it
+    ({"JAX_PERSISTENT_CACHE_MIN_COMPILE_TIME_SECS": "2", "JAX_COMPILATION_CACHE_MAX_SIZE": "-1"},
+     {"jax_compilation_cache_dir": "CACHE/jax-compilation"}),      # JAX's own variables win
+])
+def test_compile_cache_lives_in_the_cache_folder_unless_told_otherwise(monkeypatch, tmp_path, env, expected):
+    for name in COMPILE_ENV:
+        monkeypatch.delenv(name, raising=False)
+    monkeypatch.setenv("ATTENTION_JAX_CACHE", str(tmp_path))
+    for name, value in env.items():
+        monkeypatch.setenv(name, value)
+    expected = {k: v.replace("CACHE", str(tmp_path)) if isinstance(v, str) else v for k, v in expected.items()}
+    assert platform.compile_cache_settings() == expected
+
+
+def test_a_second_process_loads_its_programs_from_the_compile_cache(tmp_path):
+    """What an experiment's command does first (harness.experiment): the next run finds the programs."""
+    code = ("import jax, jax.numpy as jnp; from attention_jax.harness.platform import enable_compile_cache\n"
+            "hits = []; jax.monitoring.register_event_listener(lambda e, **kw: hits.append(e))\n"
+            "folder = enable_compile_cache()\n"
+            "jax.jit(lambda x: jnp.tanh(x @ x.T).sum())(jnp.ones((64, 64))).block_until_ready()\n"
+            "print(folder, hits.count('/jax/compilation_cache/cache_hits'))")
+    env = {k: v for k, v in os.environ.items() if k not in COMPILE_ENV}
+    env.update(ATTENTION_JAX_CACHE=str(tmp_path), JAX_PERSISTENT_CACHE_MIN_COMPILE_TIME_SECS="0")  # keep even a fast compile
+    runs = [subprocess.run([sys.executable, "-c", code], cwd=REPO, capture_output=True, text=True, env=env)
+            for _ in range(2)]
+    assert [r.returncode for r in runs] == [0, 0], runs[-1].stderr[-2000:]
+    folder = str(tmp_path / "jax-compilation")
+    (first, misses), (second, hits) = (r.stdout.split() for r in runs)
+    assert first == second == folder and int(misses) == 0 and int(hits) >= 1   # the jit's program, ones, .T
+    assert list((tmp_path / "jax-compilation").glob("jit_*-cache"))

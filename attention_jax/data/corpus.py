@@ -38,7 +38,7 @@ def _one_line(text: object) -> str:
     return " ".join(str(text).split())
 
 
-def _cache_location() -> pathlib.Path:
+def cache_location() -> pathlib.Path:
     """Where the cache lives, without creating it (error hints must not touch the disk).
 
     $ATTENTION_JAX_CACHE wins so tests and shared machines can redirect it; otherwise the
@@ -54,7 +54,7 @@ def _cache_location() -> pathlib.Path:
 
 def cache_dir() -> pathlib.Path:
     """The per-user cache folder, created on demand."""
-    folder = _cache_location()
+    folder = cache_location()
     try:
         folder.mkdir(parents=True, exist_ok=True)
     except OSError as err:
@@ -78,7 +78,7 @@ def _ways() -> str:
     """The three ways to supply the corpus, naming the exact cache path to drop it at."""
     return (
         f"pass --data PATH, set {DATA_ENV}=FOLDER (a folder holding {CORPUS_NAME}), "
-        f"or place it at {_cache_location() / CORPUS_NAME}"
+        f"or place it at {cache_location() / CORPUS_NAME}"
     )
 
 
