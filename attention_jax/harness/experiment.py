@@ -103,12 +103,12 @@ class Experiment:
 
     def execute(self, args: argparse.Namespace) -> Result:
         ctx = self.context(args)
-        from attention_jax.harness.platform import check_backend, describe_backend, enable_compile_cache   # imports JAX
-        compile_cache = enable_compile_cache()     # before the first compile
+        from attention_jax.harness import compile_cache   # imports JAX: after --help
+        from attention_jax.harness.platform import check_backend, describe_backend
+        kept = compile_cache.enable()     # before the first compile
         print(describe_backend(), flush=True)
-        if compile_cache:
-            print(f"compiled programs: kept in {compile_cache} for the next run (ATTENTION_JAX_COMPILE_CACHE=0: off)",
-                  flush=True)
+        if kept:
+            print(f"compiled programs: kept in {kept} for the next run ({compile_cache.ENV}=0: off)", flush=True)
         warning = check_backend()
         if warning:   # a GPU/TPU plugin JAX cannot use: say so loudly, then run on what there is
             print(warning, file=sys.stderr, flush=True)

@@ -25,10 +25,6 @@ one-block step ran ~1.5x slower, re-faulting ~70k pages a step; one arena was ne
 `experiments.norms` on three seeds peaked at 12.4 GB with one arena, 3.9 GB with two (3.7 GB
 untuned), so that table keeps two. `ATTENTION_JAX_ARENAS=N` overrides both. README,
 "Memory", has the figures and the commands that measured them.
-
-`enable_compile_cache()` keeps the programs XLA compiles in the cache folder, so a second run
-(other rows, the notebook after a restart, an analysis run again) loads them instead of
-compiling them again.
 """
 from __future__ import annotations
 
@@ -65,59 +61,6 @@ def apply_mallopt(big_programs: bool = False) -> bool:
         return all(libc.mallopt(param, value) == 1 for param, value in settings)
     except (OSError, AttributeError):   # not glibc: nothing to tune
         return False
-
-
-COMPILE_CACHE_ENV = "ATTENTION_JAX_COMPILE_CACHE"   # "0" turns the persistent compilation cache off
-# JAX keeps only programs that took at least a second to compile (its default), which on a
-# CPU is none of ours: then the cache does nothing. A tenth of a second keeps the training
-# steps and the analyses' forward passes and leaves out the single ops run eagerly (12
-# programs, 460 KB, for the run below; keeping every program, 99 files, was no faster).
-# `python -m experiments.inside_tiny_gpt --preset smoke` run again (its row trained already,
-# the analysis redone), 2 cores, medians of 3 alternating runs: 13.2 s wall with
-# ATTENTION_JAX_COMPILE_CACHE=0, 9.2 s from the cache.
-COMPILE_CACHE_MIN_SECONDS = 0.1
-COMPILE_CACHE_MAX_BYTES = 2 << 30   # least recently used programs go first beyond this
-
-
-def compile_cache_settings() -> dict:
-    """The jax.config settings that turn on a persistent compilation cache, or {} to leave JAX's own.
-
-    Off with ATTENTION_JAX_COMPILE_CACHE=0, and left to the user when they set
-    JAX_COMPILATION_CACHE_DIR themselves (JAX reads it); otherwise the folder is
-    <cache folder>/jax-compilation (the cache folder: $ATTENTION_JAX_CACHE, else
-    ~/.cache/attention_jax). JAX's own variables for the threshold and the size win over ours.
-    """
-    if os.environ.get(COMPILE_CACHE_ENV, "").strip() == "0" or os.environ.get("JAX_COMPILATION_CACHE_DIR"):
-        return {}
-    from attention_jax.data.corpus import cache_location
-    settings = {"jax_compilation_cache_dir": str(cache_location() / "jax-compilation")}
-    if "JAX_PERSISTENT_CACHE_MIN_COMPILE_TIME_SECS" not in os.environ:
-        settings["jax_persistent_cache_min_compile_time_secs"] = COMPILE_CACHE_MIN_SECONDS
-    if "JAX_COMPILATION_CACHE_MAX_SIZE" not in os.environ and importlib.util.find_spec("filelock"):
-        settings["jax_compilation_cache_max_size"] = COMPILE_CACHE_MAX_BYTES   # JAX's eviction needs filelock
-    return settings
-
-
-def enable_compile_cache() -> str | None:
-    """Turn on the persistent compilation cache for this process (before its first compile);
-    return the folder in use, or None. A folder that cannot be created leaves the cache off:
-    it only saves time. Imports JAX."""
-    import jax
-    settings = compile_cache_settings()
-    if settings and not jax.config.jax_compilation_cache_dir:
-        try:
-            os.makedirs(settings["jax_compilation_cache_dir"], exist_ok=True)
-        except OSError:
-            return None
-        for name, value in settings.items():
-            jax.config.update(name, value)
-    return compile_cache_in_use()
-
-
-def compile_cache_in_use() -> str | None:
-    """The persistent compilation cache's folder, None when there is none (imports JAX)."""
-    import jax
-    return jax.config.jax_compilation_cache_dir if jax.config.jax_enable_compilation_cache else None
 
 
 def accelerator() -> str | None:
@@ -266,6 +209,8 @@ def describe_host(cpu: dict) -> str:
 def backend_summary() -> dict:
     """What JAX runs on, with versions: for experiments to print and record in results.json (imports JAX)."""
     import jax
+
+    from attention_jax.harness import compile_cache
     devices = jax.devices()
     return {
         "backend": jax.default_backend(),
@@ -277,7 +222,7 @@ def backend_summary() -> dict:
         "flax": _version("flax"),
         "plugins": plugin_versions(),
         "host": host_cpu(),
-        "compile_cache": compile_cache_in_use(),
+        "compile_cache": compile_cache.in_use(),
         "warning": check_backend(jax.default_backend()),
     }
 

@@ -1,0 +1,108 @@
+"""Compiled programs kept between runs: JAX's persistent compilation cache, for every experiment.
+
+`enable()` (called by every experiment's run before it compiles anything) points JAX's
+cache at <cache folder>/jax-compilation, so a later run (other rows, an analysis redone,
+the notebook after a runtime restart) loads the programs XLA compiled instead of compiling
+them again. ATTENTION_JAX_COMPILE_CACHE=0 turns it off; a JAX_COMPILATION_CACHE_DIR of the
+user's own is left as it is. Only the command line and the notebook turn it on: importing
+the library changes nothing in JAX.
+
+A damaged entry (a run killed while JAX wrote it, a full disk) would otherwise stay
+damaged: JAX warns that it cannot read it, compiles the program again, and does not
+replace a file that exists, so every later run warns and compiles too. Here the warning
+removes the entry, says so in one line, and this run's fresh compile is kept in its place.
+"""
+from __future__ import annotations
+
+import glob
+import importlib.util
+import os
+import re
+import sys
+import warnings
+
+ENV = "ATTENTION_JAX_COMPILE_CACHE"   # "0" turns the cache off
+# JAX keeps only programs that took at least a second to compile (its default), which on a
+# CPU is none of ours: the cache would do nothing. A tenth of a second keeps the training
+# steps and the analyses' forward passes and leaves out the single ops run eagerly (12
+# programs, 460 KB, for the run below; keeping every program, 99 files, was no faster).
+# `python -m experiments.inside_tiny_gpt --preset smoke` run again (its row trained already,
+# the analysis redone), 2 cores, medians of 3 alternating runs: 13.2 s wall with
+# ATTENTION_JAX_COMPILE_CACHE=0, 9.2 s from the cache.
+MIN_COMPILE_SECONDS = 0.1
+MAX_BYTES = 2 << 30   # beyond this, the least recently used programs go first
+# What JAX warns (jax/_src/compiler.py) when an entry cannot be read: a program's name or its key.
+UNREADABLE = re.compile(r"Error reading persistent compilation cache entry for '([^'/]+)'")
+
+
+def settings() -> dict:
+    """The jax.config settings that turn the cache on, or {} to leave JAX's own choice.
+
+    JAX's own variables for the threshold and the size win over ours.
+    """
+    if os.environ.get(ENV, "").strip() == "0" or os.environ.get("JAX_COMPILATION_CACHE_DIR"):
+        return {}
+    from attention_jax.data.corpus import cache_location
+    chosen = {"jax_compilation_cache_dir": str(cache_location() / "jax-compilation")}
+    if "JAX_PERSISTENT_CACHE_MIN_COMPILE_TIME_SECS" not in os.environ:
+        chosen["jax_persistent_cache_min_compile_time_secs"] = MIN_COMPILE_SECONDS
+    if "JAX_COMPILATION_CACHE_MAX_SIZE" not in os.environ and importlib.util.find_spec("filelock"):
+        chosen["jax_compilation_cache_max_size"] = MAX_BYTES   # JAX's eviction needs filelock
+    return chosen
+
+
+def enable() -> str | None:
+    """Turn the cache on for this process (before its first compile); the folder in use, or None.
+
+    A folder that cannot be created leaves the cache off: it only saves time. Imports JAX.
+    """
+    import jax
+    chosen = settings()
+    if chosen and not jax.config.jax_compilation_cache_dir:
+        try:
+            os.makedirs(chosen["jax_compilation_cache_dir"], exist_ok=True)
+        except OSError:
+            return None
+        for name, value in chosen.items():
+            jax.config.update(name, value)
+    folder = in_use()
+    if folder:
+        _remove_what_cannot_be_read(folder)
+    return folder
+
+
+def in_use() -> str | None:
+    """The cache's folder, or None when JAX keeps no compiled programs (imports JAX)."""
+    import jax
+    return jax.config.jax_compilation_cache_dir if jax.config.jax_enable_compilation_cache else None
+
+
+def remove_entries(folder: str, name: str) -> int:
+    """Delete the entries of one program (JAX names them <program>-<hash>-cache / -atime); how many went."""
+    removed = 0
+    for path in glob.glob(os.path.join(glob.escape(folder), f"{glob.escape(name)}-*")):
+        if path.endswith(("-cache", "-atime")):
+            try:
+                os.remove(path)
+                removed += path.endswith("-cache")
+            except OSError:
+                pass
+    return removed
+
+
+def _remove_what_cannot_be_read(folder: str) -> None:
+    """Have JAX's warning about an unreadable entry remove it (module docstring); other warnings pass."""
+    shown = warnings.showwarning
+    if getattr(shown, "heals_compile_cache", None) == folder:
+        return
+
+    def showwarning(message, category, filename, lineno, file=None, line=None):
+        found = UNREADABLE.search(str(message))
+        if found is None:
+            return shown(message, category, filename, lineno, file, line)
+        removed = remove_entries(folder, found.group(1))
+        print(f"compiled programs: {removed} damaged entr{'y' if removed == 1 else 'ies'} for "
+              f"{found.group(1)!r} removed from {folder}; compiled again, and kept anew", file=sys.stderr, flush=True)
+
+    showwarning.heals_compile_cache = folder
+    warnings.showwarning = showwarning
