@@ -1,0 +1,4 @@
+"""`python -m experiments.norms`."""
+from experiments.norms import main
+
+raise SystemExit(main())
