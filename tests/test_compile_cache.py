@@ -32,6 +32,24 @@ def test_the_cache_lives_in_the_cache_folder_unless_told_otherwise(monkeypatch, 
     assert compile_cache.settings() == expected
 
 
+def test_a_folder_it_cannot_make_or_write_leaves_the_cache_off(tmp_path):
+    code = f"""
+import os, jax
+from attention_jax.harness import compile_cache
+os.environ["ATTENTION_JAX_CACHE"] = {str(tmp_path / "a file")!r}     # a file where the folder should be
+open(os.environ["ATTENTION_JAX_CACHE"], "w").close()
+made = compile_cache.enable()
+os.environ["ATTENTION_JAX_CACHE"] = {str(tmp_path / "read-only")!r}
+os.access = lambda path, mode: False                                 # as root, every folder is writable
+written = compile_cache.enable()
+print(made, written, jax.config.jax_compilation_cache_dir)
+"""
+    env = {k: v for k, v in os.environ.items() if k not in JAX_ENV}
+    done = subprocess.run([sys.executable, "-c", code], cwd=REPO, capture_output=True, text=True, env=env)
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert done.stdout.split() == ["None", "None", "None"]
+
+
 def test_remove_entries_takes_one_programs_files_only(tmp_path):
     for name in ("jit_step-aa-cache", "jit_step-aa-atime", "jit_step-bb-cache", "jit_stepper-cc-cache", ".lockfile"):
         (tmp_path / name).write_bytes(b"x")

@@ -54,14 +54,18 @@ def settings() -> dict:
 def enable() -> str | None:
     """Turn the cache on for this process (before its first compile); the folder in use, or None.
 
-    A folder that cannot be created leaves the cache off: it only saves time. Imports JAX.
+    A folder that cannot be created or written leaves the cache off (it only saves time; JAX
+    would warn about every program it failed to keep). Imports JAX.
     """
     import jax
     chosen = settings()
     if chosen and not jax.config.jax_compilation_cache_dir:
+        folder = chosen["jax_compilation_cache_dir"]
         try:
-            os.makedirs(chosen["jax_compilation_cache_dir"], exist_ok=True)
+            os.makedirs(folder, exist_ok=True)
         except OSError:
+            return None
+        if not os.access(folder, os.W_OK | os.X_OK):
             return None
         for name, value in chosen.items():
             jax.config.update(name, value)
