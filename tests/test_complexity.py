@@ -61,8 +61,16 @@ def test_out_of_memory_rows_are_estimated_and_the_rest_goes_on(tmp_path, monkeyp
     assert all(r.get("ms") is not None for r in out["results"]["memeff"])
     claims = {c["claim"]: c for c in out["claims"]}
     keeps_going = next(c for text, c in claims.items() if "keeps going" in text)
-    assert keeps_going["passed"] and "naive up to 128" in keeps_going["measured"]
+    assert keeps_going["passed"] and "naive up to 128 (then: out of memory)" in keeps_going["measured"]
     assert "out of memory" in (tmp_path / "complexity" / "table.md").read_text()
+
+
+def test_a_naive_layer_stopped_by_the_preset_not_memory_says_so(tmp_path, monkeypatch):
+    """On a GPU with room to spare, naive reaches the preset's largest n: the claim must not read as memory."""
+    monkeypatch.setattr(complexity, "run_child", fake_child([]))
+    result = complexity.EXPERIMENT(preset="smoke", max_tokens=256, out=str(tmp_path))
+    keeps_going = next(c for c in result.claims if "keeps going" in c["claim"])
+    assert "naive up to 256 (then: the preset's largest n, not memory)" in keeps_going["measured"]
 
 
 def test_an_interrupted_run_resumes_and_variants_can_be_chosen(tmp_path, monkeypatch, capsys):
@@ -86,10 +94,18 @@ def test_a_tiny_memory_budget_stops_the_layer_before_it_runs():
 
 
 def test_memory_efficient_layer_equals_the_naive_layer_forward_and_backward():
+    from flax import nnx
+    from attention_jax.config import ModelConfig
+    from attention_jax.model import MultiHeadAttention
     params, fns = M.layer_functions(chunk_size=128)
     x = jax.random.normal(jax.random.key(0), (1, 300, M.D_MODEL))        # 300: padded to 3 chunks
     naive, memeff = jax.jit(fns["naive"])(params, x), jax.jit(fns["memeff"])(params, x)
     assert float(np.max(np.abs(naive - memeff))) < 1e-4 * float(np.max(np.abs(naive)))
+    # naive is our MultiHeadAttention's numbers, by the chapter's one masked softmax
+    layer = nnx.merge(nnx.graphdef(MultiHeadAttention(ModelConfig(d_model=M.D_MODEL, n_heads=M.N_HEADS,
+                                                                  mixer="heads", positions="none"),
+                                                      rngs=nnx.Rngs(0))), params)
+    assert float(np.max(np.abs(naive - layer(x)))) < 1e-5 * float(np.max(np.abs(naive)))
     g_naive, g_memeff = jax.jit(fns["naive_bwd"])(params, x), jax.jit(fns["memeff_bwd"])(params, x)
     for a, b in zip(jax.tree.leaves(g_naive), jax.tree.leaves(g_memeff)):
         assert float(np.max(np.abs(a - b))) <= 1e-4 * max(float(np.max(np.abs(a))), 1e-6)

@@ -117,10 +117,13 @@ def check_claims(results: dict, fits: dict, top: int) -> list[dict]:
     claims.append(report.claim(f"the memory-efficient forward is within 1.3× of naive time at n = {both:,} "
                                "(the largest both ran)", slow <= 1.3, f"{slow:.2f}× naive's time"))
     end = at("memeff", top)
+    stop = next((r for r in results["naive"] if not ran(r)), None)     # else the preset's largest n stopped it
+    why = ("out of memory" if stop.get("oom") else "failed") if stop else "the preset's largest n, not memory"
     claims.append(report.claim(
         f"the memory-efficient forward keeps going where the naive one stops, up to n = {top:,}",
-        ran(end) and reach["memeff"] > reach["naive"], f"naive up to {reach['naive']:,}, memory-efficient up to "
-        f"{reach['memeff']:,}" + (f" ({end['ms'] / 1e3:,.1f} s, {mem(end) / MIB:,.0f} MB)" if ran(end) else "")))
+        ran(end) and reach["memeff"] > reach["naive"], f"naive up to {reach['naive']:,} (then: {why}), "
+        f"memory-efficient up to {reach['memeff']:,}"
+        + (f" ({end['ms'] / 1e3:,.1f} s, {mem(end) / MIB:,.0f} MB)" if ran(end) else "")))
     return claims
 
 

@@ -34,8 +34,9 @@ from experiments.complexity import D_MODEL, N_HEADS, VARIANTS, matrix_bytes  # n
 
 
 def layer_functions(chunk_size: int = 512) -> tuple[object, dict]:
-    """(params, {name: f(params, x)}): our MultiHeadAttention (naive), its projections around
-    the memory-efficient attention, the projections alone, and both layers' gradients."""
+    """(params, {name: f(params, x)}): our MultiHeadAttention's projections around the naive
+    attention (F.attention) and around the memory-efficient one, the projections alone, and
+    both layers' gradients."""
     config = ModelConfig(d_model=D_MODEL, n_heads=N_HEADS, mixer="heads", positions="none")
     graphdef, params = nnx.split(MultiHeadAttention(config, rngs=nnx.Rngs(0)))
 
@@ -46,8 +47,10 @@ def layer_functions(chunk_size: int = 512) -> tuple[object, dict]:
     def merge_heads(m, out):                      # [B, H, T, D_head] -> W_o -> [B, T, D]
         return m.out(jnp.swapaxes(out, -3, -2).reshape(*out.shape[:-3], out.shape[-2], D_MODEL))
 
-    def naive(p, x):                              # F.attention_weights under the causal mask
-        return nnx.merge(graphdef, p)(x)
+    def naive(p, x):                              # the chapter's attention: one masked softmax over all n×n
+        m = nnx.merge(graphdef, p)                # scores, on every backend (the model's own path would
+        q, k, v = heads(m, x)                     # skip the causal quarter, or be a fused kernel)
+        return merge_heads(m, F.attention(q, k, v, mask=F.causal_mask(x.shape[-2])))
 
     def memeff(p, x):
         m = nnx.merge(graphdef, p)
