@@ -33,3 +33,21 @@ def test_unknown_experiments_are_one_line_and_exit_2(tmp_path, capsys):
     assert everything.main(["--only", "ladder,bogus", "--out", str(tmp_path)]) == 2
     err = capsys.readouterr().err.strip()
     assert err.startswith("error: unknown experiment 'bogus'") and len(err.splitlines()) == 1
+
+
+def test_every_training_preset_splits_over_a_colab_tpus_eight_devices():
+    """The engine lays a batch over every local device and refuses one that does not divide (an
+    8-core Colab TPU, or `jax_num_cpu_devices=8`): no preset, smoke included, may be refused there."""
+    import importlib
+
+    from attention_jax.config import TrainConfig
+    budgets = []
+    for name in sorted(everything.TRAINING):
+        module = importlib.import_module(f"experiments.{name}")
+        budgets += [(f"{name} {preset}", tc.batch_size) for preset, tc in module.EXPERIMENT.presets.items()]
+        budgets += [(f"{name} {preset} (short rows)", tc.batch_size)
+                    for preset, tc in getattr(module, "SHORT", {}).items() if isinstance(tc, TrainConfig)]
+    norms = importlib.import_module("experiments.norms")
+    budgets += [(f"norms {preset} (init probe)", batch) for preset, (batch, _, _) in norms.PROBE.items()]
+    assert len(budgets) >= 3 * len(everything.TRAINING)
+    assert [name for name, batch in budgets if batch % 8] == []

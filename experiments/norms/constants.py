@@ -33,12 +33,12 @@ PRESETS = {
     # none within 30 minutes brings warmed-up post-norm within 5% of pre-norm.
     "cpu": TrainConfig(steps=600, batch_size=32, lr=3e-3, warmup_steps=100, log_every=5, eval_every=100,
                        checkpoint_every=100, train_eval_windows=120),
-    "smoke": TrainConfig(steps=8, batch_size=4, lr=3e-3, warmup_steps=4, log_every=1, checkpoint_every=4,
+    "smoke": TrainConfig(steps=8, batch_size=8, lr=3e-3, warmup_steps=4, log_every=1, checkpoint_every=4,
                          train_eval_windows=8, eval_batch=8),
 }
 # The init measurement: (windows per batch, batches averaged, at least this many seeds), the
 # same fixed training windows for every seed and both norms.
-PROBE = {"paper": (64, 4, 5), "cpu": (64, 2, 5), "smoke": (4, 1, 2)}
+PROBE = {"paper": (64, 4, 5), "cpu": (64, 2, 5), "smoke": (8, 1, 2)}
 PROBE_SEED = 10_000       # the data seed of the probe batches: not any training seed's batches
 
 
