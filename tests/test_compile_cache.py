@@ -66,7 +66,9 @@ hits = []
 jax.monitoring.register_event_listener(lambda event, **kw: hits.append(event))
 folder = compile_cache.enable()
 value = jax.jit(lambda x: jnp.tanh(x @ x.T).sum())(jnp.arange(4096.0).reshape(64, 64) / 4096)
-print(folder, hits.count('/jax/compilation_cache/cache_hits'), float(value))
+import os
+shared = os.environ.get("JAX_COMPILATION_CACHE_DIR") == folder     # what the processes it starts will use
+print(folder, hits.count('/jax/compilation_cache/cache_hits'), float(value), shared)
 """
 
 
@@ -78,8 +80,8 @@ def test_a_second_process_loads_the_programs_and_a_damaged_entry_is_replaced(tmp
     def run():
         done = subprocess.run([sys.executable, "-c", PROBE], cwd=REPO, capture_output=True, text=True, env=env)
         assert done.returncode == 0, done.stderr[-2000:]
-        where, hits, value = done.stdout.split()
-        assert where == str(folder)
+        where, hits, value, shared = done.stdout.split()
+        assert where == str(folder) and shared == "True"
         return int(hits), value, done.stderr
 
     hits, value, _ = run()

@@ -3,9 +3,11 @@
 `enable()` (called by every experiment's run before it compiles anything) points JAX's
 cache at <cache folder>/jax-compilation, so a later run (other rows, an analysis redone,
 the notebook after a runtime restart) loads the programs XLA compiled instead of compiling
-them again. ATTENTION_JAX_COMPILE_CACHE=0 turns it off; a JAX_COMPILATION_CACHE_DIR of the
+them again. The settings also go into the environment, so the processes a run starts share
+the cache. ATTENTION_JAX_COMPILE_CACHE=0 turns it off; a JAX_COMPILATION_CACHE_DIR of the
 user's own is left as it is. Only the command line and the notebook turn it on: importing
-the library changes nothing in JAX.
+the library changes nothing in JAX. `python -m experiments.all --preset smoke` run a second
+time (rows trained already), 2 cores: 79.3 s with the cache off, 53.9 s from it.
 
 A damaged entry (a run killed while JAX wrote it, a full disk) would otherwise stay
 damaged: JAX warns that it cannot read it, compiles the program again, and does not
@@ -69,6 +71,9 @@ def enable() -> str | None:
             return None
         for name, value in chosen.items():
             jax.config.update(name, value)
+            # and through the environment, so the processes a run starts (the benchmark's
+            # contestants, the complexity table's rows, the multi-process workers) share it
+            os.environ.setdefault(name.upper(), str(value))
     folder = in_use()
     if folder:
         _remove_what_cannot_be_read(folder)
