@@ -28,7 +28,7 @@ BOOK = {"average": "book ≈4x", "positions": "book 2.14 of 188", "residual": "b
         "two_blocks": "book train 14.49 vs 18.77, val 40.57 vs 38.07"}
 
 
-def claims(r: dict, book: bool = True) -> list[dict]:
+def claims(r: dict, book: bool = False) -> list[dict]:
     """The chapter's orderings on the rows present (`r`: name -> record with val_ppl, train_ppl);
     with `book`, each measured figure names the book's beside it."""
     v = {k: x["val_ppl"] for k, x in r.items()}

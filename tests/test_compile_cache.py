@@ -15,20 +15,21 @@ JAX_ENV = ("JAX_COMPILATION_CACHE_DIR", "JAX_PERSISTENT_CACHE_MIN_COMPILE_TIME_S
 
 
 @pytest.mark.parametrize("env, expected", [
-    ({}, {"jax_compilation_cache_dir": "CACHE/jax-compilation", "jax_persistent_cache_min_compile_time_secs": 0.1,
-          "jax_compilation_cache_max_size": 2 << 30}),
+    ({}, {"jax_compilation_cache_dir": "CACHE/jax-compilation", "jax_persistent_cache_min_compile_time_secs": 0.1}),
     ({compile_cache.ENV: "0"}, {}),                                 # turned off
     ({"JAX_COMPILATION_CACHE_DIR": "/elsewhere"}, {}),              # the user's own cache: JAX reads it
-    ({"JAX_PERSISTENT_CACHE_MIN_COMPILE_TIME_SECS": "2", "JAX_COMPILATION_CACHE_MAX_SIZE": "-1"},
-     {"jax_compilation_cache_dir": "CACHE/jax-compilation"}),      # JAX's own variables win
+    ({"JAX_PERSISTENT_CACHE_MIN_COMPILE_TIME_SECS": "2"},
+     {"jax_compilation_cache_dir": "CACHE/jax-compilation"}),      # JAX's own variable wins
 ])
 def test_the_cache_lives_in_the_cache_folder_unless_told_otherwise(monkeypatch, tmp_path, env, expected):
     for name in JAX_ENV:
         monkeypatch.delenv(name, raising=False)
-    monkeypatch.setenv("ATTENTION_JAX_CACHE", str(tmp_path))
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setenv("ATTENTION_JAX_CACHE", "cache")       # relative: the child processes' cwd may differ
     for name, value in env.items():
         monkeypatch.setenv(name, value)
-    expected = {k: v.replace("CACHE", str(tmp_path)) if isinstance(v, str) else v for k, v in expected.items()}
+    cache = str(tmp_path / "cache")
+    expected = {k: v.replace("CACHE", cache) if isinstance(v, str) else v for k, v in expected.items()}
     assert compile_cache.settings() == expected
 
 
@@ -50,12 +51,16 @@ print(made, written, jax.config.jax_compilation_cache_dir)
     assert done.stdout.split() == ["None", "None", "None"]
 
 
-def test_remove_entries_takes_one_programs_files_only(tmp_path):
-    for name in ("jit_step-aa-cache", "jit_step-aa-atime", "jit_step-bb-cache", "jit_stepper-cc-cache", ".lockfile"):
-        (tmp_path / name).write_bytes(b"x")
-    assert compile_cache.remove_entries(str(tmp_path), "jit_step") == 2
-    assert sorted(p.name for p in tmp_path.iterdir()) == [".lockfile", "jit_stepper-cc-cache"]
-    assert compile_cache.remove_entries(str(tmp_path), "jit_stepper-cc") == 1
+def test_only_a_programs_entries_that_no_longer_decompress_are_removed(tmp_path):
+    from jax._src.compilation_cache import compress_executable
+    whole = compress_executable(b"an executable" * 100)
+    files = {"jit_step-aa-cache": whole[:10], "jit_step-aa-atime": b"t", "jit_step-bb-cache": whole,
+             "jit_stepper-cc-cache": whole[:10], ".lockfile": b""}
+    for name, data in files.items():
+        (tmp_path / name).write_bytes(data)
+    assert compile_cache.remove_damaged(str(tmp_path), "jit_step") == 1           # not bb: it still reads
+    assert sorted(p.name for p in tmp_path.iterdir()) == [".lockfile", "jit_step-bb-cache", "jit_stepper-cc-cache"]
+    assert compile_cache.remove_damaged(str(tmp_path), "jit_stepper") == 1
 
 
 # What an experiment's command does first (harness.experiment), then one compiled program.

@@ -58,6 +58,11 @@ def test_smoke_ladder_writes_table_results_and_plot(smoke_ladder):
     for c in claims:
         assert {"claim", "passed", "measured", "margin"} <= set(c)
         assert isinstance(c["claim"], str) and isinstance(c["passed"], bool) and c["measured"]
+    said = {c["claim"]: c["measured"] for c in claims}          # the book's figure beside each of ours
+    assert "book ≈4x" in said["the average is >= 2x worse than no context"]
+    assert "book ≈14" in said["a learned head beats the uniform average + residual"]
+    assert "book" not in said["+ FFN improves"]                 # the book gives no figure for it
+    assert "38.07 (train 18.77)" in (folder / "table.md").read_text()
     assert run.results["preset"] == "smoke" and run.results["config"]["train"]["steps"] == 12
     table = (folder / "table.md").read_text()
     assert table.startswith("# ladder (preset: smoke)") and "## Claims" in table

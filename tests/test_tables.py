@@ -35,6 +35,7 @@ def test_a_table_trains_on_your_own_text(tmp_path):
     assert results["config"]["data"]["corpus"] == "my text.txt" and not results["config"]["data"]["book_figures"]
     assert [r["book_val_ppl"] for r in results["rows"]] == [None, None]
     assert len(results["claims"]) == 1                     # no_context vs average is still checked
+    assert "book" not in results["claims"][0]["measured"]   # the book's ≈4x is about its corpus, not yours
     table = (tmp_path / "out" / "ladder" / "table.md").read_text()
     assert "59.71" not in table and "≈248" not in table
 

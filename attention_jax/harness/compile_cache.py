@@ -5,19 +5,22 @@ cache at <cache folder>/jax-compilation, so a later run (other rows, an analysis
 the notebook after a runtime restart) loads the programs XLA compiled instead of compiling
 them again. The settings also go into the environment, so the processes a run starts share
 the cache. ATTENTION_JAX_COMPILE_CACHE=0 turns it off; a JAX_COMPILATION_CACHE_DIR of the
-user's own is left as it is. Only the command line and the notebook turn it on: importing
-the library changes nothing in JAX. `python -m experiments.all --preset smoke` run a second
-time (rows trained already), 2 cores: 79.3 s with the cache off, 53.9 s from it.
+user's own is used as it is and left alone. Only the command line and the notebook turn it
+on: importing the library changes nothing in JAX. `python -m experiments.all --preset smoke`
+run a second time (rows trained already), 2 cores: 79.3 s with the cache off, 53.9 s from it.
+JAX's size cap (`jax_compilation_cache_max_size`) is not set: its eviction fails on every
+write once the folder holds an entry written without the cap (no `-atime` file), and the
+folder is small (7.4 MB after every smoke table) and always safe to delete.
 
 A damaged entry (a run killed while JAX wrote it, a full disk) would otherwise stay
 damaged: JAX warns that it cannot read it, compiles the program again, and does not
-replace a file that exists, so every later run warns and compiles too. Here the warning
-removes the entry, says so in one line, and this run's fresh compile is kept in its place.
+replace a file that exists, so every later run warns and compiles too. In our folder, that
+warning removes the program's entries that no longer decompress, says so in one line, and
+this run's fresh compile is kept in their place; any other reading error is JAX's warning.
 """
 from __future__ import annotations
 
 import glob
-import importlib.util
 import os
 import re
 import sys
@@ -32,24 +35,22 @@ ENV = "ATTENTION_JAX_COMPILE_CACHE"   # "0" turns the cache off
 # the analysis redone), 2 cores, medians of 3 alternating runs: 13.2 s wall with
 # ATTENTION_JAX_COMPILE_CACHE=0, 9.2 s from the cache.
 MIN_COMPILE_SECONDS = 0.1
-MAX_BYTES = 2 << 30   # beyond this, the least recently used programs go first
 # What JAX warns (jax/_src/compiler.py) when an entry cannot be read: a program's name or its key.
 UNREADABLE = re.compile(r"Error reading persistent compilation cache entry for '([^'/]+)'")
+_ours: str | None = None    # the folder this process chose (not the user's JAX_COMPILATION_CACHE_DIR)
 
 
 def settings() -> dict:
     """The jax.config settings that turn the cache on, or {} to leave JAX's own choice.
 
-    JAX's own variables for the threshold and the size win over ours.
+    JAX's own variable for the threshold wins over ours.
     """
     if os.environ.get(ENV, "").strip() == "0" or os.environ.get("JAX_COMPILATION_CACHE_DIR"):
         return {}
     from attention_jax.data.corpus import cache_location
-    chosen = {"jax_compilation_cache_dir": str(cache_location() / "jax-compilation")}
+    chosen = {"jax_compilation_cache_dir": os.path.abspath(cache_location() / "jax-compilation")}
     if "JAX_PERSISTENT_CACHE_MIN_COMPILE_TIME_SECS" not in os.environ:
         chosen["jax_persistent_cache_min_compile_time_secs"] = MIN_COMPILE_SECONDS
-    if "JAX_COMPILATION_CACHE_MAX_SIZE" not in os.environ and importlib.util.find_spec("filelock"):
-        chosen["jax_compilation_cache_max_size"] = MAX_BYTES   # JAX's eviction needs filelock
     return chosen
 
 
@@ -59,6 +60,7 @@ def enable() -> str | None:
     A folder that cannot be created or written leaves the cache off (it only saves time; JAX
     would warn about every program it failed to keep). Imports JAX.
     """
+    global _ours
     import jax
     chosen = settings()
     if chosen and not jax.config.jax_compilation_cache_dir:
@@ -72,10 +74,11 @@ def enable() -> str | None:
         for name, value in chosen.items():
             jax.config.update(name, value)
             # and through the environment, so the processes a run starts (the benchmark's
-            # contestants, the complexity table's rows, the multi-process workers) share it
+            # contestants, the complexity table's rows) share it
             os.environ.setdefault(name.upper(), str(value))
+        _ours = folder
     folder = in_use()
-    if folder:
+    if folder and folder == _ours:
         _remove_what_cannot_be_read(folder)
     return folder
 
@@ -86,30 +89,54 @@ def in_use() -> str | None:
     return jax.config.jax_compilation_cache_dir if jax.config.jax_enable_compilation_cache else None
 
 
-def remove_entries(folder: str, name: str) -> int:
-    """Delete the entries of one program (JAX names them <program>-<hash>-cache / -atime); how many went."""
+def describe(folder: str) -> str:
+    """The line a run prints about the cache it uses."""
+    if folder == _ours:
+        return f"compiled programs: kept in {folder} for the next run ({ENV}=0: off)"
+    return f"compiled programs: kept in {folder} (JAX_COMPILATION_CACHE_DIR)"
+
+
+def _damaged(path: str) -> bool:
+    """Whether a cache entry no longer decompresses (as a write cut short leaves it)."""
+    try:
+        from jax._src.compilation_cache import decompress_executable
+        with open(path, "rb") as f:
+            data = f.read()
+    except (ImportError, OSError):     # another JAX, or the file is gone: nothing to judge
+        return False
+    try:
+        decompress_executable(data)
+        return False
+    except Exception:
+        return True
+
+
+def remove_damaged(folder: str, name: str) -> int:
+    """Delete the entries of one program (JAX names them <program>-<hash>-cache) that no longer
+    decompress, with their -atime files; how many went."""
     removed = 0
-    for path in glob.glob(os.path.join(glob.escape(folder), f"{glob.escape(name)}-*")):
-        if path.endswith(("-cache", "-atime")):
+    for path in glob.glob(os.path.join(glob.escape(folder), f"{glob.escape(name)}-*-cache")):
+        if _damaged(path):
             try:
                 os.remove(path)
-                removed += path.endswith("-cache")
+                removed += 1
+                os.remove(path[:-len("-cache")] + "-atime")
             except OSError:
                 pass
     return removed
 
 
 def _remove_what_cannot_be_read(folder: str) -> None:
-    """Have JAX's warning about an unreadable entry remove it (module docstring); other warnings pass."""
+    """Have JAX's warning about a damaged entry remove it (module docstring); other warnings pass."""
     shown = warnings.showwarning
     if getattr(shown, "heals_compile_cache", None) == folder:
         return
 
     def showwarning(message, category, filename, lineno, file=None, line=None):
         found = UNREADABLE.search(str(message))
-        if found is None:
+        removed = remove_damaged(folder, found.group(1)) if found else 0
+        if not removed:
             return shown(message, category, filename, lineno, file, line)
-        removed = remove_entries(folder, found.group(1))
         print(f"compiled programs: {removed} damaged entr{'y' if removed == 1 else 'ies'} for "
               f"{found.group(1)!r} removed from {folder}; compiled again, and kept anew", file=sys.stderr, flush=True)
 

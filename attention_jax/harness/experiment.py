@@ -108,7 +108,7 @@ class Experiment:
         kept = compile_cache.enable()     # before the first compile
         print(describe_backend(), flush=True)
         if kept:
-            print(f"compiled programs: kept in {kept} for the next run ({compile_cache.ENV}=0: off)", flush=True)
+            print(compile_cache.describe(kept), flush=True)
         warning = check_backend()
         if warning:   # a GPU/TPU plugin JAX cannot use: say so loudly, then run on what there is
             print(warning, file=sys.stderr, flush=True)

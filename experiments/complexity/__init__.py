@@ -32,6 +32,9 @@ def run_child(n: int, variant: str, **kw) -> dict:
     return child(n, variant, **kw)
 
 NAME, MIB = "complexity", 2 ** 20
+# The layers' version, kept with every row in partial.jsonl so a resumed run measures rows of an
+# older layer again: 2 since "naive" is one masked softmax over all n×n scores (it was the model's path).
+LAYER = 2
 # repeats: timed calls per row (median), one from one_repeat_from on (seconds a call). The memory-
 # efficient backward stops at the paper's 16,384: 32,768 would take minutes more on two cores.
 CPU = dict(max_n={"naive": 16384, "naive_bwd": 16384, "memeff": 131072, "memeff_bwd": 16384},
@@ -48,20 +51,20 @@ COLUMNS = [("n", "tokens", ",d"), ("ms", "ms total", ",.1f"), ("ms_x4", "ms x4",
 
 def measure_all(p: dict, variants: list[str], max_tokens: int | None, budget: int | None, partial) -> dict:
     """Every variant from n = 128 up, doubling; rows that ran go to `partial`, which a rerun resumes."""
-    done = {(r["variant"], r["n"], r["repeats"], r["chunk_size"]): r
+    done = {(r["variant"], r["n"], r["repeats"], r["chunk_size"], r.get("layer", 1)): r
             for r in map(json.loads, partial.read_text().splitlines() if partial.exists() else [])}
     results = {variant: [] for variant in variants}
     for variant, rows in results.items():
         top, last = min(p["max_n"][variant], max_tokens or math.inf), {}
         for n in (128 * 2 ** i for i in range(int(math.log2(top / 128)) + 1)):
             grow, start = (n / last["n"]) ** 2 if last else 0.0, time.perf_counter()
-            key = (variant, n, p["repeats"] if n < p["one_repeat_from"] else 1, p["chunk_size"])
+            key = (variant, n, p["repeats"] if n < p["one_repeat_from"] else 1, p["chunk_size"], LAYER)
             if last.get("oom"):                   # a larger n needs more still: nothing to start
                 r = {"n": n, "variant": variant, "oom": True, "estimate_bytes": last.get("estimate_bytes", 0) * grow}
             elif (r := done.get(key)) is None:    # expect what the last row took, grown as n²
                 expect = grow * max((last.get("peak_mb") or 0) * MIB, last.get("xla_total_bytes", 0))
                 done[key] = r = run_child(n, variant, repeats=key[2], chunk_size=p["chunk_size"],
-                                          expect_bytes=expect, budget_bytes=budget)
+                                          expect_bytes=expect, budget_bytes=budget) | {"layer": LAYER}
                 report.atomic_write(partial, "\n".join(json.dumps(x) for x in done.values() if x.get("ms") is not None))
             # peak: the allocator's on an accelerator, else what the process grew by
             ran, used = r.get("ms") is not None, r.get("device_peak_bytes") or r.get("rss_peak_bytes")
@@ -118,7 +121,7 @@ def check_claims(results: dict, fits: dict, top: int) -> list[dict]:
                                "(the largest both ran)", slow <= 1.3, f"{slow:.2f}× naive's time"))
     end = at("memeff", top)
     stop = next((r for r in results["naive"] if not ran(r)), None)     # else the preset's largest n stopped it
-    why = ("out of memory" if stop.get("oom") else "failed") if stop else "the preset's largest n, not memory"
+    why = ("out of memory" if stop.get("oom") else "failed") if stop else "the largest n asked for, not memory"
     claims.append(report.claim(
         f"the memory-efficient forward keeps going where the naive one stops, up to n = {top:,}",
         ran(end) and reach["memeff"] > reach["naive"], f"naive up to {reach['naive']:,} (then: {why}), "
