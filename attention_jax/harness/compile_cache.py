@@ -10,7 +10,7 @@ on: importing the library changes nothing in JAX. `python -m experiments.all --p
 run a second time (rows trained already), 2 cores: 79.3 s with the cache off, 53.9 s from it.
 JAX's size cap (`jax_compilation_cache_max_size`) is not set: its eviction fails on every
 write once the folder holds an entry written without the cap (no `-atime` file), and the
-folder is small (7.4 MB after every smoke table) and always safe to delete.
+folder is small (8 MB after every smoke table) and always safe to delete.
 
 A damaged entry (a run killed while JAX wrote it, a full disk) would otherwise stay
 damaged: JAX warns that it cannot read it, compiles the program again, and does not
