@@ -97,7 +97,10 @@ class Engine:
         init = over_seeds(self._init_one)
         self._init = init if self.mesh is None else jax.jit(init, out_shardings=replicated)
         self._step = jax.jit(over_seeds(self._step_one), donate_argnums=0)
-        self._nll = jax.jit(over_seeds(self._nll_one, in_axes=(0, None, None, None)))
+        # Evaluation windows are split over the devices like a batch (each device scores its
+        # share); the per-window sums come back whole, so every process reads all of them.
+        whole = {} if self.mesh is None else {"out_shardings": replicated}
+        self._nll = jax.jit(over_seeds(self._nll_one, in_axes=(0, None, None, None)), **whole)
         self._logits = jax.jit(over_seeds(self._logits_one, in_axes=(0, None)))
 
     # -- pure functions of the state ----------------------------------------------------
@@ -171,9 +174,9 @@ class Engine:
         total, count = 0.0, 0.0
         for i in range(0, len(xp), b):
             w = None if wp is None else wp[i:i + b]
-            s, c = (np.asarray(a, np.float64) for a in to_host(self._nll(state, self._everywhere(xp[i:i + b]),
-                                                                          self._everywhere(yp[i:i + b]),
-                                                                          None if w is None else self._everywhere(w))))
+            s, c = (np.asarray(a, np.float64) for a in to_host(self._nll(state, self._windows(xp[i:i + b]),
+                                                                          self._windows(yp[i:i + b]),
+                                                                          None if w is None else self._windows(w))))
             keep = min(b, n - i)
             total, count = total + s[..., :keep].sum(axis=-1), count + c[..., :keep].sum(axis=-1)
         return np.atleast_1d(total), np.atleast_1d(count)
@@ -200,6 +203,12 @@ class Engine:
             return jnp.asarray(a)
         spec = P(None, "data") if self.vmapped else P("data")
         return put(np.asarray(a), NamedSharding(self.mesh, spec))
+
+    def _windows(self, a):
+        """Evaluation windows [W, ...] split over the devices when W divides, else whole on every device."""
+        if self.mesh is None or len(a) % self.mesh.size:
+            return self._everywhere(a)
+        return put(np.asarray(a), NamedSharding(self.mesh, P("data")))
 
     def _everywhere(self, a):
         """An evaluation input, whole on every device (on every process's devices)."""
