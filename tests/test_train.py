@@ -233,7 +233,8 @@ def train(seeds, steps):
     return {"losses": losses, "batch_devices": len(x.sharding.device_set),
             "batch_shard": list(x.sharding.shard_shape(x.shape)),
             "state_devices": min(len(a.sharding.device_set) for a in jax.tree.leaves(state)),
-            "ppl": engine.perplexity(state, tokens[:8 * 16 + 1]).tolist()}
+            "ppl": engine.perplexity(state, tokens[:8 * 16 + 1]).tolist(),
+            "eval_shard": list(engine._windows(np.zeros((8, 16), np.int32)).sharding.shard_shape((8, 16)))}
 
 for name, seeds, steps in [("one_seed", [0], 3), ("two_seeds", [0, 1], 2)]:
     try:
@@ -285,6 +286,7 @@ def test_two_devices_train_like_one(on_devices, run_name, per_device):
     assert "error" not in two, two["error"]
     assert one["batch_devices"] == 1
     assert two["batch_devices"] == 2 and two["batch_shard"] == per_device   # the batch axis is split
+    assert one["eval_shard"] == [8, T] and two["eval_shard"] == [4, T]      # and so are evaluation windows
     assert two["state_devices"] == 2   # parameters and optimizer state replicated on both
     np.testing.assert_allclose(two["losses"], one["losses"], rtol=1e-5)
     np.testing.assert_allclose(two["ppl"], one["ppl"], rtol=1e-5)
