@@ -127,3 +127,13 @@ def test_a_child_process_measures_time_and_memory():
 def test_bad_max_tokens_is_one_clear_error(tmp_path, capsys):
     assert complexity.main(["--preset", "smoke", "--max-tokens", "64", "--out", str(tmp_path)]) == 2
     assert capsys.readouterr().err.strip().startswith("error: --max-tokens 64")
+
+
+@pytest.mark.parametrize("backend, inside", [("cpu", None), ("gpu", "highest"), ("tpu", "highest")])
+def test_the_table_is_float32_products_on_every_backend(monkeypatch, backend, inside):
+    """A GPU's default float32 product is TF32 and a TPU's one bfloat16 pass: the table asks for float32."""
+    monkeypatch.setattr(jax, "default_backend", lambda: backend)
+    before = jax.config.jax_default_matmul_precision
+    with M.float32_products():
+        assert jax.config.jax_default_matmul_precision == (inside or before)
+    assert jax.config.jax_default_matmul_precision == before
