@@ -55,7 +55,7 @@ def test_smoke_run_produces_rows_columns_claims_and_plots(run):
     assert results["config"]["init_seeds"] == [0, 1] and results["config"]["warmup_steps"] == smoke.warmup_steps
     assert [c["claim"] for c in results["claims"]] == CLAIMS
     table = (folder / "table.md").read_text()
-    for text in ("block 1", "block 3 / block 1", "book block 12", "book val ppl", "val / pre-norm no warmup",
+    for text in ("block 1", f"block {norms.DEPTH['smoke']} / block 1", "book block 12", "book val ppl", "val / pre-norm no warmup",
                  "0.0498", "0.1613", "308.05", "8.15", *ROW_NAMES, *CLAIMS):
         assert text in table, text
     for png in ("init_grad_norms.png", "early_steps.png"):
