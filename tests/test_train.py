@@ -234,7 +234,8 @@ def train(seeds, steps):
             "batch_shard": list(x.sharding.shard_shape(x.shape)),
             "state_devices": min(len(a.sharding.device_set) for a in jax.tree.leaves(state)),
             "ppl": engine.perplexity(state, tokens[:8 * 16 + 1]).tolist(),
-            "eval_shard": list(engine._windows(np.zeros((8, 16), np.int32)).sharding.shard_shape((8, 16)))}
+            "eval_shard": list(engine._windows(np.zeros((8, 16), np.int32)).sharding.shard_shape((8, 16))),
+            "logits": np.asarray(engine.logits(state, tokens[:64].reshape(4, 16)))[..., :3].round(5).tolist()}
 
 for name, seeds, steps in [("one_seed", [0], 3), ("two_seeds", [0, 1], 2)]:
     try:
@@ -290,6 +291,7 @@ def test_two_devices_train_like_one(on_devices, run_name, per_device):
     assert two["state_devices"] == 2   # parameters and optimizer state replicated on both
     np.testing.assert_allclose(two["losses"], one["losses"], rtol=1e-5)
     np.testing.assert_allclose(two["ppl"], one["ppl"], rtol=1e-5)
+    np.testing.assert_allclose(two["logits"], one["logits"], atol=2e-5)   # windows split, logits whole
 
 
 # -- configuration and optimizer ---------------------------------------------------------

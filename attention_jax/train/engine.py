@@ -98,10 +98,10 @@ class Engine:
         self._init = init if self.mesh is None else jax.jit(init, out_shardings=replicated)
         self._step = jax.jit(over_seeds(self._step_one), donate_argnums=0)
         # Evaluation windows are split over the devices like a batch (each device scores its
-        # share); the per-window sums come back whole, so every process reads all of them.
+        # share); the per-window sums and logits come back whole, so every process reads them all.
         whole = {} if self.mesh is None else {"out_shardings": replicated}
         self._nll = jax.jit(over_seeds(self._nll_one, in_axes=(0, None, None, None)), **whole)
-        self._logits = jax.jit(over_seeds(self._logits_one, in_axes=(0, None)))
+        self._logits = jax.jit(over_seeds(self._logits_one, in_axes=(0, None)), **whole)
 
     # -- pure functions of the state ----------------------------------------------------
     def _build(self, key):
@@ -189,7 +189,7 @@ class Engine:
 
     def logits(self, state, x) -> jax.Array:
         """The model's logits for windows x [W, T] (dropout off); [S, W, T, V] when vmapped."""
-        return self._logits(state, self._everywhere(np.asarray(x)))
+        return self._logits(state, self._windows(np.asarray(x)))
 
     def model(self, state, seed: int = 0) -> LanguageModel:
         """A usable NNX model holding one seed's parameters (the i-th of a vmapped state)."""
