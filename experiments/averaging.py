@@ -71,6 +71,21 @@ def compare(x, shuffled, loop):
                 small=F.uniform_causal_weights(6))
 
 
+def matrix_figure(A):
+    """The averaging matrix as a picture: row t spreads 1/(t+1) over tokens 0..t, nothing after t."""
+    import numpy as np
+    A = np.asarray(A)
+    fig, ax = report.figure(size=(4.8, 4.2))
+    image = ax.imshow(A, cmap="Blues", vmin=0, vmax=1)
+    for (i, j), v in np.ndenumerate(A):
+        ax.text(j, i, f"{v:.2f}" if v else "0", ha="center", va="center", fontsize=8,
+                color="white" if v > 0.6 else "black")
+    ax.set(xlabel="token averaged over (key)", ylabel="position (query)", xticks=range(len(A)), yticks=range(len(A)),
+           title=f"the {len(A)}×{len(A)} prefix-averaging matrix")
+    fig.colorbar(image, ax=ax, shrink=0.8, label="weight")
+    return fig
+
+
 def run(ctx) -> Result:
     import functools
 
@@ -106,6 +121,7 @@ def run(ctx) -> Result:
     book = [report.book(f"max |diff|: {r['comparison']}", r["book"], r["diff"], ".3g") for r in rows if r["book"]]
     return Result(rows=rows, claims=claims, config=p, book=book,
                   tables={"Same average, four ways": table, "The 6×6 averaging matrix": matrix},
+                  figures={"averaging_matrix.png": matrix_figure(small)},
                   extra={"averaging_matrix_6x6": small})
 
 

@@ -40,6 +40,7 @@ def test_averaging_is_order_blind_and_three_ways_equal(averaging_results):
     assert len(diffs) == 4 and max(diffs) < 1e-6
     matrix = averaging_results["averaging_matrix_6x6"]
     assert matrix[5] == pytest.approx([1 / 6] * 6) and matrix[2][3:] == [0.0, 0.0, 0.0]
+    assert (averaging_results["folder"] / "averaging_matrix.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
 
 
 def test_scaling_variance_trace_and_frozen_rows(scaling_results):
