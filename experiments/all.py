@@ -1,6 +1,7 @@
 """Every table of the chapter, one after another, then one report: results/REPORT.md.
 
     python -m experiments.all [--preset smoke|cpu|paper] [--only a,b | --skip a,b] [--seeds N] [--out DIR]
+                              [--data PATH | --corpus PATH]
 
 Each experiment runs as its own command would (same presets, row cache, results folder),
 so a rerun skips every finished row and an interrupted one resumes. One that stops with a
@@ -19,6 +20,7 @@ from attention_jax.harness import cli, report
 EXPERIMENTS = ["averaging", "scaling", "params", "parity", "ladder", "positions", "scale_ablation", "norms",
                "complexity", "winograd", "inside_tiny_gpt", "throughput"]
 TRAINING = {"ladder", "positions", "scale_ablation", "norms", "winograd", "inside_tiny_gpt"}
+CORPUS_TABLES = {"ladder", "positions", "scale_ablation", "norms"}     # trained on tiny-shakespeare (or --corpus)
 
 
 def _module(name: str):
@@ -37,8 +39,8 @@ def run_one(name: str, args) -> str | None:
     argv = ["--out", args.out] + (["--preset", args.preset] if args.preset else [])
     if name in TRAINING:
         argv += ["--seeds", str(args.seeds)] + (["--no-progress"] if args.no_progress else [])
-        argv += ["--corpus", args.corpus] if args.corpus and name in ("ladder", "positions", "scale_ablation",
-                                                                         "norms") else []
+        if name in CORPUS_TABLES:
+            argv += (["--corpus", args.corpus] if args.corpus else []) + (["--data", args.data] if args.data else [])
     print(f"\n===== {name} =====", flush=True)
     try:
         experiment.execute(experiment.parser().parse_args(argv))
@@ -87,6 +89,7 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--skip", default=None, help="comma-separated experiments to leave out")
     p.add_argument("--seeds", type=cli.positive_int, default=1, help="seeds for the training tables")
     p.add_argument("--corpus", default=None, help="your own text for the corpus tables (ladder, positions, ...)")
+    p.add_argument("--data", default=None, help="tinyshakespeare.txt or a folder holding it, for the corpus tables")
     p.add_argument("--no-progress", action="store_true", help="no progress bars")
     try:
         args = p.parse_args(argv)

@@ -35,6 +35,14 @@ def test_unknown_experiments_are_one_line_and_exit_2(tmp_path, capsys):
     assert err.startswith("error: unknown experiment 'bogus'") and len(err.splitlines()) == 1
 
 
+def test_data_reaches_the_corpus_tables(tmp_path, capsys):
+    missing = tmp_path / "elsewhere" / "tinyshakespeare.txt"
+    with contextlib.redirect_stdout(io.StringIO()):
+        code = everything.main(["--preset", "smoke", "--only", "ladder", "--data", str(missing), "--out", str(tmp_path)])
+    assert code == 2
+    assert str(missing.parent) in (tmp_path / "REPORT.md").read_text()      # the ladder looked where it was told
+
+
 def test_every_training_preset_splits_over_a_colab_tpus_eight_devices():
     """The engine lays a batch over every local device and refuses one that does not divide (an
     8-core Colab TPU, or `jax_num_cpu_devices=8`): no preset, smoke included, may be refused there."""
