@@ -62,6 +62,28 @@ def model_row(name: str, cfg: ModelConfig, book: int | None) -> dict:
     return dict(model=name, formula=sum(formula(cfg).values()), framework=count_params(cfg), book=book)
 
 
+def figure(models: list[dict], gpt2_parts: dict[str, int], block768: dict):
+    """Where the parameters are: the ladder row by row, and GPT-2 small by part."""
+    fig, (ax_l, ax_g) = report.figure(ncols=2, size=(13, 4.6))
+    ladder = [r for r in models if r["model"] in {row.name for row in LADDER}]
+    ax_l.barh([r["model"] for r in ladder][::-1], [r["framework"] for r in ladder][::-1], color="C0")
+    for i, r in enumerate(ladder[::-1]):
+        ax_l.text(r["framework"], i, f" {r['framework']:,}", va="center", fontsize=8)
+    ax_l.set(xlabel="parameters", title="the ladder: what each part costs", xlim=(0, 1.3 * max(r["framework"]
+                                                                                              for r in ladder)))
+    layers = GPT2_SMALL.n_layers
+    parts = {"token table": gpt2_parts["token_embed"], "positions": gpt2_parts["position_embed"],
+             f"attention ×{layers}": layers * block768["attention"], f"MLP ×{layers}": layers * block768["mlp"],
+             f"LayerNorms ×{layers} + final": layers * block768["norms"] + gpt2_parts["ln_f"]}
+    total, left = sum(parts.values()), 0
+    for i, (name, count) in enumerate(parts.items()):
+        ax_g.barh([0], [count], left=left, color=f"C{i}", label=f"{name}: {count:,} ({100 * count / total:.3g}%)")
+        left += count
+    ax_g.set(yticks=[], xlabel="parameters", title=f"GPT-2 small, {total:,} parameters", ylim=(-0.6, 1.6))
+    ax_g.legend(fontsize=8, loc="upper left", ncols=2)
+    return fig
+
+
 def run(ctx) -> Result:
     from attention_jax.inspect import count_params, param_breakdown
     p = ctx.settings
@@ -128,6 +150,7 @@ def run(ctx) -> Result:
                           "tiny_gpt": TINY_GPT.to_dict(), "gpt2_small": GPT2_SMALL.to_dict(),
                           "gpt3": dataclasses.asdict(gpt3_cfg)},
                   tables={"One block": t_block, "Models": t_models, "GPT-2 small": t_gpt2, "GPT-3": t_gpt3},
+                  figures={"params.png": figure(models, ours, blocks[1])},
                   extra={"blocks": blocks, "gpt2_small": gpt2, "gpt3": gpt3, "gpt2_token_table_share": table_share})
 
 

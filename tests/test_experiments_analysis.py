@@ -65,6 +65,11 @@ def test_params_counts(tmp_path_factory):
     assert all(r["formula"] == r["framework"] for r in results["rows"])
     assert {b["d"]: b["framework"] for b in results["blocks"]} == {128: 198_272, 768: 7_087_872}
     assert 0.30 < results["gpt2_token_table_share"] < 0.32
+    assert (results["folder"] / "params.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    fig = params.figure(results["rows"], params.formula(params.GPT2_SMALL),
+                        {b["d"]: b for b in results["blocks"]}[768])
+    labels = fig.axes[1].get_legend_handles_labels()[1]       # GPT-2 small's parts add up to its count
+    assert sum(int(label.split(": ")[1].split(" ")[0].replace(",", "")) for label in labels) == 124_439_808
 
 
 def test_parity_with_torch(tmp_path_factory):
