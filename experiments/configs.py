@@ -29,6 +29,11 @@ class Row:
             return None
         return f"≈{self.book_val_ppl:g}" if self.book_approx else f"{self.book_val_ppl:.2f}"
 
+    def book_cell(self) -> str | None:
+        """The table's book column: the held-out figure, and the train one where the book gives it."""
+        text = self.book_text()
+        return f"{text} (train {self.book_train_ppl:.2f})" if text and self.book_train_ppl else text
+
 
 def by_name(rows: Sequence[Row], name: str) -> Row:
     for row in rows:

@@ -34,10 +34,11 @@ VOCAB = 1024   # the ladder's "layer_norm" row; checked against its config below
 
 
 def jax_contestant(batch: int, devices: int, loss_only: bool = False, attention: str = "auto",
-                   dtype: str = "float32", context: int = CONTEXT, with_hlo: bool = False):
+                   dtype: str = "float32", context: int = CONTEXT, with_hlo: bool = False, with_eval: bool = False):
     """(step(i), peak(), info): one training step on batch i % 4, the backend's matmul rate, what ran.
 
     with_hlo: info["hlo"] is the compiled step's HLO text (experiments/throughput/profile.py).
+    with_eval: info["perplexity"](tokens) evaluates the current state (tools/eval_cost.py).
     """
     import dataclasses
 
@@ -84,6 +85,8 @@ def jax_contestant(batch: int, devices: int, loss_only: bool = False, attention:
             "attention": resolve_attention(cfg), "dtype": dtype, "context": context}
     if with_hlo:
         info["hlo"] = engine._step.lower(state, batches[0]).compile().as_text()
+    if with_eval:
+        info["perplexity"] = lambda tokens: engine.perplexity(state, tokens)
     return step, peak, info
 
 
