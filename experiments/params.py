@@ -81,6 +81,9 @@ def figure(models: list[dict], gpt2_parts: dict[str, int], block768: dict):
         left += count
     ax_g.set(yticks=[], xlabel="parameters", title=f"GPT-2 small, {total:,} parameters", ylim=(-0.6, 1.6))
     ax_g.legend(fontsize=8, loc="upper left", ncols=2)
+    from matplotlib.ticker import EngFormatter
+    for ax in (ax_l, ax_g):
+        ax.xaxis.set_major_formatter(EngFormatter())     # 200 k, 100 M: no "1e8" in a corner
     return fig
 
 
