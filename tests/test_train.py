@@ -23,6 +23,7 @@ from attention_jax.config import ModelConfig
 from attention_jax.data import eval_windows
 from attention_jax.errors import CheckpointError, ConfigError, DataError, TrainingDiverged
 from attention_jax.train import Engine, TrainConfig, cross_entropy, fit, make_optimizer, text_task, unstack_seed
+from attention_jax.train import loop
 
 REPO = pathlib.Path(__file__).resolve().parents[1]
 V, T = 64, 16
@@ -144,6 +145,104 @@ def test_killed_run_resumes_bit_for_bit(tmp_path, monkeypatch, engine, dropout, 
     assert again.history == reference.history
 
 
+# -- several steps per call ---------------------------------------------------------------
+
+TC12 = dataclasses.replace(TC, steps=12, checkpoint_every=4, eval_every=4)   # 4 divides all three
+
+
+def test_steps_per_call_divides_the_run_and_its_intervals(monkeypatch):
+    choose = loop.choose_steps_per_call
+    monkeypatch.delenv(loop.STEPS_PER_CALL_ENV, raising=False)
+    assert choose(TC12) == 1                                        # a CPU: one step per call
+    assert [choose(TC12, asked=a) for a in (16, 4, 3, 2)] == [4, 4, 2, 2]
+    assert choose(dataclasses.replace(TC12, checkpoint_every=3), asked=16) == 1
+    assert choose(dataclasses.replace(TC12, checkpoint_every=3), asked=16, checkpoints=False) == 4
+    assert choose(TrainConfig(steps=3000, eval_every=500, checkpoint_every=500), asked=16) == 10   # the paper's
+    monkeypatch.setenv(loop.STEPS_PER_CALL_ENV, "2")
+    assert choose(TC12) == 2 and choose(TC12, asked=4) == 4        # an argument wins over the environment
+    for bad in ("0", "-3", "two"):
+        monkeypatch.setenv(loop.STEPS_PER_CALL_ENV, bad)
+        with pytest.raises(ConfigError, match=loop.STEPS_PER_CALL_ENV) as err:
+            choose(TC12)
+        one_line(err.value)
+
+
+@pytest.fixture(scope="module")
+def engine12():
+    return Engine(MC, TC12)
+
+
+def counting(monkeypatch, eng) -> dict:
+    """Count the engine's one-step and K-step calls (the compiled ones, unchanged)."""
+    calls = {"step": 0, "steps": 0}
+    for name in calls:
+        real = getattr(eng, name)
+
+        def counted(*a, _name=name, _real=real):
+            calls[_name] += 1
+            return _real(*a)
+        monkeypatch.setattr(eng, name, counted)
+    return calls
+
+
+def test_several_steps_per_call_train_like_one(tmp_path, monkeypatch, engine12):
+    """Four steps per call: three calls, evaluations and checkpoints on their steps, every
+    step's metrics logged, and the same training as one step per call to float rounding."""
+    one = run(MC, TC12, engine=engine12, steps_per_call=1)
+    calls = counting(monkeypatch, engine12)
+    four = run(MC, TC12, engine=engine12, workdir=tmp_path, steps_per_call=4)
+    assert calls == {"step": 0, "steps": 3} and (four.steps_per_call, one.steps_per_call) == (4, 1)
+    assert [m["step"] for m in four.train_log] == list(range(1, 13))
+    assert [h["step"] for h in four.history] == [4, 8, 12]
+    assert sorted(int(p.name) for p in (tmp_path / "checkpoints").iterdir() if p.name.isdigit()) == [8, 12]  # KEEP 2
+    logged = [json.loads(line) for line in (tmp_path / "metrics.jsonl").read_text().splitlines()]
+    assert [r["step"] for r in logged if "loss" in r] == list(range(1, 13))
+    for key in ("loss", "grad_norm", "lr"):   # measured: 1.1e-7 relative at most
+        np.testing.assert_allclose([m[key] for m in four.train_log], [m[key] for m in one.train_log], rtol=1e-5)
+    for (path, a), (_, b) in zip(leaves(four.state), leaves(one.state)):
+        np.testing.assert_allclose(a, b, rtol=1e-4, atol=1e-4, err_msg=path)   # measured 4.8e-6 absolute
+
+
+def test_several_steps_per_call_resume_bit_for_bit(tmp_path, monkeypatch, engine12):
+    """Killed inside its second call (whose input state is gone), the run resumes from step
+    4 and ends exactly where an unbroken four-per-call run ends; a run stopped off the grid
+    (step 5, one step per call) realigns with single steps and then calls four at a time."""
+    reference = run(MC, TC12, engine=engine12, workdir=tmp_path / "unbroken", steps_per_call=4)
+    real, calls = engine12.steps, []
+
+    def killed_in_second_call(state, b):
+        calls.append(1)
+        out = real(state, b)
+        if len(calls) == 2:
+            raise KeyboardInterrupt
+        return out
+
+    with monkeypatch.context() as m, pytest.raises(KeyboardInterrupt):
+        m.setattr(engine12, "steps", killed_in_second_call)
+        run(MC, TC12, engine=engine12, workdir=tmp_path / "broken", steps_per_call=4)
+    resumed = run(MC, TC12, engine=engine12, workdir=tmp_path / "broken", steps_per_call=4)
+    assert resumed.resumed_from == 4
+    assert_same_state(resumed.state, reference.state)
+    assert resumed.final == reference.final and resumed.train_log == reference.train_log
+
+    real_step, taken = engine12.step, []
+
+    def stop_before_6(state, b):
+        if len(taken) == 5:
+            raise KeyboardInterrupt
+        taken.append(1)
+        return real_step(state, b)
+
+    with monkeypatch.context() as m, pytest.raises(KeyboardInterrupt):
+        m.setattr(engine12, "step", stop_before_6)
+        run(MC, TC12, engine=engine12, workdir=tmp_path / "off_grid", steps_per_call=1)
+    calls = counting(monkeypatch, engine12)
+    realigned = run(MC, TC12, engine=engine12, workdir=tmp_path / "off_grid", steps_per_call=4)
+    assert realigned.resumed_from == 5 and calls == {"step": 3, "steps": 1}    # 6, 7, 8; then 9-12
+    assert [m["step"] for m in realigned.train_log] == list(range(1, 13))
+    np.testing.assert_allclose(realigned.final["val_ppl"], reference.final["val_ppl"], rtol=1e-5)
+
+
 def test_checkpoint_of_another_configuration_is_refused(tmp_path, engine):
     work = tmp_path / "run"
     first = run(engine=engine(), workdir=work)
@@ -221,12 +320,17 @@ try:
 except ConfigError as e:
     out["odd_batch"] = str(e)
 
-def train(seeds, steps):
+def train(seeds, steps, scanned=False):
     engine = Engine(mc, tc, n_seeds=len(seeds))
     state, losses = engine.init(seeds), []
-    for step in range(steps):
-        b = engine.shard([dict(zip(("x", "y"), get_batch(tokens, seed=s, step=step, batch_size=8, context=16)))
-                          for s in seeds])
+    batches = [[dict(zip(("x", "y"), get_batch(tokens, seed=s, step=step, batch_size=8, context=16)))
+                for s in seeds] for step in range(steps)]
+    if scanned:      # every step in one call
+        b = engine.shard_steps(batches)
+        state, metrics = engine.steps(state, b)
+        losses, x = np.asarray(metrics["loss"]).tolist(), b["x"]
+    for per_seed in ([] if scanned else batches):
+        b = engine.shard(per_seed)
         state, metrics = engine.step(state, b)
         losses.append(np.asarray(metrics["loss"]).tolist())
         x = b["x"]
@@ -238,10 +342,11 @@ def train(seeds, steps):
             "logits": np.asarray(engine.logits(state, tokens[:64].reshape(4, 16)))[..., :3].round(5).tolist()}
 
 for name, seeds, steps in [("one_seed", [0], 3), ("two_seeds", [0, 1], 2)]:
-    try:
-        out[name] = train(seeds, steps)
-    except Exception as e:  # recorded, so the other checks still run
-        out[name] = {"error": f"{type(e).__name__}: {e}".splitlines()[0]}
+    for scanned in (False, True):
+        try:
+            out[name + "_scanned" * scanned] = train(seeds, steps, scanned)
+        except Exception as e:  # recorded, so the other checks still run
+            out[name + "_scanned" * scanned] = {"error": f"{type(e).__name__}: {e}".splitlines()[0]}
 print("RESULT " + json.dumps(out))
 """
 
@@ -278,9 +383,12 @@ def test_batch_that_does_not_split_over_devices_is_refused(on_devices):
     assert "\n" not in message
 
 
-@pytest.mark.parametrize("run_name, per_device", [("one_seed", [4, T]), ("two_seeds", [2, 4, T])],
-                         ids=["one_seed", "two_seeds_vmapped"])
+@pytest.mark.parametrize("run_name, per_device", [("one_seed", [4, T]), ("two_seeds", [2, 4, T]),
+                                                   ("one_seed_scanned", [3, 4, T]), ("two_seeds_scanned", [2, 2, 4, T])],
+                         ids=["one_seed", "two_seeds_vmapped", "one_seed_steps_in_one_call", "two_seeds_in_one_call"])
 def test_two_devices_train_like_one(on_devices, run_name, per_device):
+    """Also with every step in one call (`Engine.steps`): the batch split on its batch axis,
+    not the step or seed axis, and the same losses as one step per call."""
     # measured: max relative loss difference 2.3e-7, perplexities identical to the last digit
     one, two = on_devices[1][run_name], on_devices[2][run_name]
     assert "error" not in one, one["error"]
@@ -292,6 +400,8 @@ def test_two_devices_train_like_one(on_devices, run_name, per_device):
     np.testing.assert_allclose(two["losses"], one["losses"], rtol=1e-5)
     np.testing.assert_allclose(two["ppl"], one["ppl"], rtol=1e-5)
     np.testing.assert_allclose(two["logits"], one["logits"], atol=2e-5)   # windows split, logits whole
+    if run_name.endswith("_scanned"):
+        np.testing.assert_allclose(one["losses"], on_devices[1][run_name[:-len("_scanned")]]["losses"], rtol=1e-5)
 
 
 # -- configuration and optimizer ---------------------------------------------------------

@@ -123,6 +123,7 @@ def train_row(name: str, model_config: ModelConfig, train_config: TrainConfig, t
                  desc=name)
     record = {"name": name, "key": key, "params": count_params(model_config), "seeds": list(seeds),
               "steps": result.steps, "seconds": result.seconds, "resumed_from": result.resumed_from,
+              "steps_per_call": result.steps_per_call,
               "config": model_config.to_dict(), "train_config": dataclasses.asdict(train_config),
               "fingerprint": {"model": model_config.to_dict(), "train": dataclasses.asdict(train_config),
                               "seeds": list(seeds), **({"task": task.identity} if task.identity else {})},

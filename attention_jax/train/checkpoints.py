@@ -59,6 +59,7 @@ class Checkpoints:
 
     def __init__(self, workdir: pathlib.Path, every: int, fingerprint: dict, *, resume: bool):
         self.dir = workdir.absolute() / "checkpoints"
+        self.every = every
         meta, self.sums_file = workdir / "run.json", workdir / "checksums.json"
         self.known = resume and meta.exists()     # a fingerprint vouches for what the folder holds
         if resume and meta.exists() and self.dir.exists():
@@ -101,6 +102,11 @@ class Checkpoints:
         return 0, None
 
     def save(self, step: int, state, *, force: bool = False) -> None:
+        # Off the interval one process has nothing to save: skip orbax's own check, which costs
+        # more than a whole step of a small model on a GPU. Several processes always ask orbax,
+        # which agrees with the others on a preemption (a save off the interval).
+        if not force and step % self.every and jax.process_count() == 1:
+            return
         if self.manager.save(step, args=ocp.args.StandardSave(state), force=force) and is_writer():
             self.sums = {k: v for k, v in self.sums.items() if int(k) in self.manager.all_steps()}
             self.sums[str(step)] = state_digest(state)
@@ -110,6 +116,8 @@ class Checkpoints:
             os.replace(tmp, self.sums_file)
 
     def should_save(self, step: int) -> bool:
+        if step % self.every and jax.process_count() == 1:
+            return False
         return self.manager.should_save(step)
 
     def latest_step(self) -> int | None:

@@ -97,6 +97,11 @@ class Engine:
         init = over_seeds(self._init_one)
         self._init = init if self.mesh is None else jax.jit(init, out_shardings=replicated)
         self._step = jax.jit(over_seeds(self._step_one), donate_argnums=0)
+        # K steps in one call, a scan over the batch's leading step axis: a GPU/TPU runs one
+        # step of the ladder's small models in less time than Python takes to launch it, so
+        # `fit` can hand the device several steps at once (`steps_per_call`).
+        self._steps = jax.jit(lambda state, batches: jax.lax.scan(over_seeds(self._step_one), state, batches),
+                              donate_argnums=0)
         # Evaluation windows are split over the devices like a batch (each device scores its
         # share); the per-window sums and logits come back whole, so every process reads them all.
         whole = {} if self.mesh is None else {"out_shardings": replicated}
@@ -145,19 +150,35 @@ class Engine:
     def abstract_state(self, seeds):
         return jax.eval_shape(self._init, self._keys(seeds))
 
-    def shard(self, batches: list[dict]) -> dict:
-        """Per-seed host batches -> one device batch: stacked over seeds when vmapped, split over devices."""
+    def _host(self, batches: list[dict]) -> dict:
         if len(batches) != self.n_seeds:
             raise ValueError(f"{len(batches)} batches for {self.n_seeds} seed(s)")
-        keys = batches[0].keys()
-        host = {k: np.stack([b[k] for b in batches]) if self.vmapped else batches[0][k] for k in keys}
+        return {k: np.stack([b[k] for b in batches]) if self.vmapped else batches[0][k] for k in batches[0]}
+
+    def _checked(self, host: dict) -> dict:
         for k in ("x", "y"):   # on the host, where it costs nothing: the compiled step cannot raise
             check_ids(host[k], self.model_config.vocab_size)
-        return {k: self._shard(v) for k, v in host.items()}
+        return host
+
+    def shard(self, batches: list[dict]) -> dict:
+        """Per-seed host batches -> one device batch: stacked over seeds when vmapped, split over devices."""
+        return {k: self._shard(v) for k, v in self._checked(self._host(batches)).items()}
+
+    def shard_steps(self, steps: list[list[dict]]) -> dict:
+        """K steps' per-seed host batches -> one device batch for `steps`, with a leading step axis."""
+        hosts = [self._host(b) for b in steps]
+        stacked = self._checked({k: np.stack([h[k] for h in hosts]) for k in hosts[0]})
+        return {k: self._shard(v, lead=1) for k, v in stacked.items()}
 
     def step(self, state, batch: dict):
         """One optimizer step: (new state, metrics dict of device arrays, one value per seed)."""
         return self._step(state, batch)
+
+    def steps(self, state, batches: dict):
+        """K optimizer steps in one compiled call (`batches` from `shard_steps`): the state after
+        the last, and every step's metrics stacked [K, ...]. The same updates as K calls of
+        `step`, to float rounding (XLA compiles the loop body on its own)."""
+        return self._steps(state, batches)
 
     def nll(self, state, x, y, weights=None) -> tuple[np.ndarray, np.ndarray]:
         """Summed -log p over the given windows [W, T] and how many positions counted, per seed.
@@ -198,10 +219,11 @@ class Engine:
         return model
 
     # -- devices ----------------------------------------------------------------------------
-    def _shard(self, a):
+    def _shard(self, a, lead: int = 0):
+        """A batch array onto the devices, its batch axis split (after `lead` step axes and the seed axis)."""
         if self.mesh is None:
             return jnp.asarray(a)
-        spec = P(None, "data") if self.vmapped else P("data")
+        spec = P(*[None] * (lead + self.vmapped), "data")
         return put(np.asarray(a), NamedSharding(self.mesh, spec))
 
     def _windows(self, a):

@@ -11,11 +11,19 @@ metrics file, so the curves survive it too.
 
 A loss that stops being finite ends the run with one line (`TrainingDiverged`) before
 that state is saved: the last good checkpoint stays, and nothing is reported as finished.
+
+On a GPU/TPU the loop hands the device several steps per call (`steps_per_call`, a scan
+over their batches): the ladder's small models take less device time per step than
+Python takes to sample, place and launch one. Evaluations and checkpoints still fall on
+their exact steps (the number divides their intervals), and every step's metrics are
+logged. On a CPU, where a step costs milliseconds of compute, it is one step per call.
 """
 from __future__ import annotations
 
 import dataclasses
 import json
+import math
+import os
 import pathlib
 import time
 from typing import Any, Sequence
@@ -30,6 +38,29 @@ from attention_jax.train.engine import Engine
 from attention_jax.train.tasks import Task
 
 STEP_METRICS = ("loss", "lr", "grad_norm", "block_grad_norm")
+STEPS_PER_CALL_ENV = "ATTENTION_JAX_STEPS_PER_CALL"   # a positive number overrides the backend's default
+ACCELERATOR_STEPS_PER_CALL = 16
+
+
+def choose_steps_per_call(train_config: TrainConfig, *, asked: int | None = None, checkpoints: bool = True) -> int:
+    """Steps per compiled call: at most `asked` (else $ATTENTION_JAX_STEPS_PER_CALL, else 1 on a
+    CPU and 16 on a GPU/TPU), and a divisor of the run's length and of its evaluation and
+    checkpoint intervals, so those fall between calls and every call has one shape."""
+    if asked is None:
+        text = os.environ.get(STEPS_PER_CALL_ENV, "").strip()
+        if text:
+            if not text.isdigit() or int(text) < 1:
+                raise ConfigError(f"{STEPS_PER_CALL_ENV}={text!r} must be a positive whole number "
+                                  "(1 = one step per call), or unset for the backend's default")
+            asked = int(text)
+        else:
+            import jax
+            asked = 1 if jax.default_backend() == "cpu" else ACCELERATOR_STEPS_PER_CALL
+    if asked < 1:
+        raise ConfigError(f"steps_per_call={asked} must be a positive whole number")
+    tc = train_config
+    every = math.gcd(tc.steps, tc.eval_every, tc.checkpoint_every if checkpoints else 0)
+    return max(d for d in range(1, min(asked, every) + 1) if every % d == 0)
 
 
 @dataclasses.dataclass
@@ -42,6 +73,7 @@ class RunResult:
     state: Any = dataclasses.field(repr=False, default=None)
     history: list[dict] = dataclasses.field(default_factory=list)   # {step, figure: [per seed]} per evaluation
     train_log: list[dict] = dataclasses.field(default_factory=list)  # {step, metric: [per seed]} per step
+    steps_per_call: int = 1
 
     def mean_std(self, figure: str) -> tuple[float, float]:
         values = np.asarray(self.final[figure], dtype=np.float64)
@@ -49,8 +81,9 @@ class RunResult:
 
 
 def fit(engine: Engine, task: Task, *, seeds: Sequence[int] = (0,), workdir: str | pathlib.Path | None = None,
-        resume: bool = True, progress: bool = True, desc: str = "train") -> RunResult:
+        resume: bool = True, progress: bool = True, desc: str = "train", steps_per_call: int | None = None) -> RunResult:
     seeds, tc = [int(s) for s in seeds], engine.train_config
+    per_call = choose_steps_per_call(tc, asked=steps_per_call, checkpoints=workdir is not None)
     if len(seeds) != engine.n_seeds:
         raise ConfigError(f"{len(seeds)} seed(s) for an engine built for {engine.n_seeds}; "
                           f"build it with Engine(..., n_seeds={len(seeds)})")
@@ -78,16 +111,18 @@ def fit(engine: Engine, task: Task, *, seeds: Sequence[int] = (0,), workdir: str
         history[:] = [h for h in history if h["step"] != step] + [point]
         return point
 
-    pending = []      # step metrics still on the device: fetched together, so no step waits for the host
+    pending = []      # (first step, steps, metrics) still on the device: fetched together, so no step waits
 
     def flush():
-        for step, m in zip([s for s, _ in pending], to_host([m for _, m in pending])):
-            record = {"step": step, **{k: np.asarray(v).tolist() for k, v in m.items()}}
-            if not np.all(np.isfinite(m["loss"])):
-                raise TrainingDiverged(desc, step, f"the loss is {record['loss']}", tc.lr,
-                                       kept=ckpt.latest_step() if ckpt else None)
-            train_log.append(record)
-            log(record)
+        for (first, n, stacked), m in zip([p[:3] for p in pending], to_host([p[3] for p in pending])):
+            for j in range(n):
+                step, mj = first + j, {key: v[j] for key, v in m.items()} if stacked else m
+                record = {"step": step, **{key: np.asarray(v).tolist() for key, v in mj.items()}}
+                if not np.all(np.isfinite(mj["loss"])):
+                    raise TrainingDiverged(desc, step, f"the loss is {record['loss']}", tc.lr,
+                                           kept=ckpt.latest_step() if ckpt else None)
+                train_log.append(record)
+                log(record)
         pending.clear()
 
     state = engine.init(seeds) if state is None else engine.replicate(state)
@@ -98,20 +133,28 @@ def fit(engine: Engine, task: Task, *, seeds: Sequence[int] = (0,), workdir: str
     done, t0 = start, time.perf_counter()
     bar = tqdm(total=tc.steps, initial=start, desc=desc, disable=not progress or not is_writer(), dynamic_ncols=True, leave=False)
     try:
-        for step in range(start, tc.steps):
+        while done < tc.steps:
             if STOP.is_set():
                 raise KeyboardInterrupt
-            state, metrics = engine.step(state, engine.shard([task.sample(s, step) for s in seeds]))
-            done = step + 1
-            pending.append((done, metrics))
-            if done % tc.log_every == 0 or done == tc.steps or (ckpt and ckpt.should_save(done)) or due(done):
+            step = done
+            # A whole call where it fits; single steps only to realign a run resumed off the grid.
+            n = per_call if per_call > 1 and step % per_call == 0 and step + per_call <= tc.steps else 1
+            if n == 1:
+                state, metrics = engine.step(state, engine.shard([task.sample(s, step) for s in seeds]))
+            else:
+                state, metrics = engine.steps(state, engine.shard_steps(
+                    [[task.sample(s, i) for s in seeds] for i in range(step, step + n)]))
+            done = step + n
+            pending.append((step + 1, n, n > 1, metrics))
+            if (done // tc.log_every > step // tc.log_every or done == tc.steps
+                    or (ckpt and ckpt.should_save(done)) or due(done)):
                 flush()        # every saved or evaluated state has a finite loss behind it
                 bar.set_postfix(loss=f"{np.mean(train_log[-1]['loss']):.3f}")
             if due(done):
                 log(evaluate(done))
             if ckpt:
                 ckpt.save(done, state)
-            bar.update(1)
+            bar.update(n)
     except KeyboardInterrupt:
         if ckpt and done > start:
             try:
@@ -131,8 +174,8 @@ def fit(engine: Engine, task: Task, *, seeds: Sequence[int] = (0,), workdir: str
         ckpt.close()
     final = evaluate(tc.steps)
     log({**final, "seconds": seconds})
-    return RunResult(seeds, {k: v for k, v in final.items() if k != "step"}, tc.steps, seconds, start, state,
-                     history, train_log)
+    return RunResult(seeds, {key: v for key, v in final.items() if key != "step"}, tc.steps, seconds, start, state,
+                     history, train_log, per_call)
 
 
 def read_metrics(metrics_file: pathlib.Path | None, step: int) -> tuple[list[dict], list[dict]]:
