@@ -31,6 +31,7 @@ from typing import Any, Sequence
 import numpy as np
 from tqdm.auto import tqdm
 
+from attention_jax.config import TrainConfig
 from attention_jax.errors import STOP, ConfigError, TrainingDiverged
 from attention_jax.train.checkpoints import Checkpoints
 from attention_jax.train.distributed import is_writer, to_host
