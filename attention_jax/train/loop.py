@@ -43,20 +43,24 @@ STEPS_PER_CALL_ENV = "ATTENTION_JAX_STEPS_PER_CALL"   # a positive number overri
 ACCELERATOR_STEPS_PER_CALL = 16
 
 
+def default_steps_per_call() -> int:
+    """$ATTENTION_JAX_STEPS_PER_CALL, else 1 on a CPU and 16 on a GPU/TPU."""
+    text = os.environ.get(STEPS_PER_CALL_ENV, "").strip()
+    if text:
+        if not text.isdigit() or int(text) < 1:
+            raise ConfigError(f"{STEPS_PER_CALL_ENV}={text!r} must be a positive whole number "
+                              "(1 = one step per call), or unset for the backend's default")
+        return int(text)
+    import jax
+    return 1 if jax.default_backend() == "cpu" else ACCELERATOR_STEPS_PER_CALL
+
+
 def choose_steps_per_call(train_config: TrainConfig, *, asked: int | None = None, checkpoints: bool = True) -> int:
-    """Steps per compiled call: at most `asked` (else $ATTENTION_JAX_STEPS_PER_CALL, else 1 on a
-    CPU and 16 on a GPU/TPU), and a divisor of the run's length and of its evaluation and
-    checkpoint intervals, so those fall between calls and every call has one shape."""
+    """Steps per compiled call: at most `asked` (else `default_steps_per_call()`), and a divisor
+    of the run's length and of its evaluation and checkpoint intervals, so those fall between
+    calls and every call has one shape."""
     if asked is None:
-        text = os.environ.get(STEPS_PER_CALL_ENV, "").strip()
-        if text:
-            if not text.isdigit() or int(text) < 1:
-                raise ConfigError(f"{STEPS_PER_CALL_ENV}={text!r} must be a positive whole number "
-                                  "(1 = one step per call), or unset for the backend's default")
-            asked = int(text)
-        else:
-            import jax
-            asked = 1 if jax.default_backend() == "cpu" else ACCELERATOR_STEPS_PER_CALL
+        asked = default_steps_per_call()
     if asked < 1:
         raise ConfigError(f"steps_per_call={asked} must be a positive whole number")
     tc = train_config

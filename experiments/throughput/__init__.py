@@ -2,7 +2,8 @@
 
 `python -m experiments.throughput [--preset smoke|cpu|paper] [--json]` times the ladder's
 "layer_norm" row (vocab 1024, context 128, d 128, 4 heads, one pre-norm block) through
-`Engine.step`, the compiled step every experiment uses (AdamW, lr 1e-3), against a torch twin
+`Engine.step`, the compiled step every experiment uses (AdamW, lr 1e-3; on a GPU/TPU several
+steps per call, `Engine.steps`, as `fit` runs them there), against a torch twin
 (nanoGPT style: SDPA, exact GELU, torch.optim.AdamW) at the same batch. Each contestant has
 its own process and they take turns, a few steps each, so other load on the machine weighs on
 all alike; medians are reported. Ours: the best allocator found (see `allocators`), data
@@ -155,10 +156,11 @@ def run(ctx) -> Result:
                             attention=r.get("attention", "-"), dtype=r.get("dtype", "float32"),
                             peak_gflops=own_peak / 1e9,
                             parallel=f"{r['devices']} device(s)" if "devices" in r else f"{r['threads']} threads",
+                            per_call=r.get("steps_per_call", 1),
                             tokens_per_s=tokens / ms * 1e3, mfu=flops / ms * 1e3 / own_peak, vs_ours=ms / ours_ms))
     by = {r["name"]: r for r in records}
     columns = [("name", "contestant", ""), ("attention", "attention", ""), ("dtype", "dtype", ""),
-               ("allocator", "allocator", ""), ("parallel", "parallel", ""),
+               ("allocator", "allocator", ""), ("parallel", "parallel", ""), ("per_call", "steps/call", ""),
                ("ms", "ms/step (median)", ".1f"), ("p25", "p25", ".1f"), ("p75", "p75", ".1f"),
                ("tokens_per_s", "tokens/s", ",.0f"), ("peak_gflops", "matmul peak GFLOP/s", ",.0f"),
                ("mfu", "MFU", ".2f"), ("vs_ours", "ms / ours", ".2f")]
@@ -167,6 +169,7 @@ def run(ctx) -> Result:
                    variants={r["name"]: {k: r.get(k) for k in ("attention", "dtype", "ms", "tokens_per_s", "mfu")}
                              for r in records if r["name"].startswith("ours (")},
                    backend=by["ours"]["backend"], devices=got["ours"]["devices"], allocator=rows["ours"][2],
+                   steps_per_call=by["ours"]["per_call"],
                    mallopt=got["ours"]["mallopt"], allocators_found=list(allocators()),
                    flops_per_step=flops, flops_per_s=flops / ours_ms * 1e3, peak_flops=peak, batch=p["batch"])
     if "ours, loss only" in by:   # what the step's metrics (grad norms per block, lr) cost

@@ -5,8 +5,9 @@
 Each contestant needs its own process: the allocator (LD_PRELOAD, or glibc's mallopt,
 which must act before any thread exists) and the number of JAX CPU devices are fixed at
 start. After warming up it prints one JSON line, then serves requests on stdin: a number n
-runs and times n training steps (one JSON list of seconds back); `peak` times a 2048×2048
-float32 matmul on the same backend. `take_turns` is the parent's side: it alternates
+runs and times n calls of the training step (one JSON list back, seconds per step: on a
+GPU/TPU a call runs several steps, as `fit` does there); `peak` times a 2048×2048 float32
+matmul on the same backend. `take_turns` is the parent's side: it alternates
 between contestants, so whatever else loads the machine weighs on all of them alike.
 """
 from __future__ import annotations
@@ -34,10 +35,15 @@ VOCAB = 1024   # the ladder's "layer_norm" row; checked against its config below
 
 
 def jax_contestant(batch: int, devices: int, loss_only: bool = False, attention: str = "auto",
-                   dtype: str = "float32", context: int = CONTEXT, with_hlo: bool = False, with_eval: bool = False):
-    """(step(i), peak(), info): one training step on batch i % 4, the backend's matmul rate, what ran.
+                   dtype: str = "float32", context: int = CONTEXT, with_hlo: bool = False, with_eval: bool = False,
+                   per_call: int | None = None):
+    """(step(i), peak(), info): one call of the training step on batch i % 4, the backend's matmul
+    rate, what ran.
 
-    with_hlo: info["hlo"] is the compiled step's HLO text (experiments/throughput/profile.py).
+    per_call: steps per call, as `fit` runs them (default: its own, 1 on a CPU, 16 on a GPU/TPU,
+    where one step takes the device less time than Python takes to launch it); a call of K
+    steps scans over the four batches in turn; info["steps_per_call"] says how many.
+    with_hlo: info["hlo"] is the compiled one-step program's HLO text (experiments/throughput/profile.py).
     with_eval: info["perplexity"](tokens) evaluates the current state (tools/eval_cost.py).
     """
     import dataclasses
@@ -50,6 +56,7 @@ def jax_contestant(batch: int, devices: int, loss_only: bool = False, attention:
     from attention_jax.data import get_batch
     from attention_jax.model import resolve_attention
     from attention_jax.train import Engine, TrainConfig
+    from attention_jax.train.loop import default_steps_per_call
     from experiments.configs import ONE_BLOCK
     assert ONE_BLOCK.vocab_size == VOCAB
     cfg = dataclasses.replace(ONE_BLOCK, attention=attention, dtype=dtype, context=context)
@@ -57,12 +64,18 @@ def jax_contestant(batch: int, devices: int, loss_only: bool = False, attention:
     engine = Engine(cfg, TrainConfig(batch_size=batch), step_metrics=not loss_only)
     state = engine.init([0])
     tokens = np.random.default_rng(0).integers(0, VOCAB, max(200_000, 4 * batch * (context + 1))).astype(np.int32)
-    batches = [engine.shard([dict(zip(("x", "y"), get_batch(tokens, seed=0, step=s, batch_size=batch,
-                                                            context=context)))]) for s in range(4)]
+    host = [dict(zip(("x", "y"), get_batch(tokens, seed=0, step=s, batch_size=batch, context=context)))
+            for s in range(4)]
+    batches = [engine.shard([b]) for b in host]
+    per_call = per_call or default_steps_per_call()
+    scanned = engine.shard_steps([[host[j % 4]] for j in range(per_call)]) if per_call > 1 else None
 
     def step(i):
         nonlocal state
-        state, metrics = engine.step(state, batches[i % 4])
+        if scanned is None:
+            state, metrics = engine.step(state, batches[i % 4])
+        else:
+            state, metrics = engine.steps(state, scanned)
         jax.block_until_ready(metrics)
 
     def peak():
@@ -82,7 +95,7 @@ def jax_contestant(batch: int, devices: int, loss_only: bool = False, attention:
         return 2 * n**3 / float(np.median(ts))
 
     info = {"backend": jax.default_backend(), "devices": jax.device_count(),
-            "attention": resolve_attention(cfg), "dtype": dtype, "context": context}
+            "attention": resolve_attention(cfg), "dtype": dtype, "context": context, "steps_per_call": per_call}
     if with_hlo:
         info["hlo"] = engine._step.lower(state, batches[0]).compile().as_text()
     if with_eval:
@@ -117,11 +130,11 @@ def main(argv=None):
         if line.strip() == "peak":
             print(json.dumps({"peak_flops": peak() if peak else None}), flush=True)
             continue
-        times = []
+        times, per_call = [], info.get("steps_per_call", 1)
         for _ in range(int(line)):
             t = time.perf_counter()
             step(done)
-            times.append(time.perf_counter() - t)
+            times.append((time.perf_counter() - t) / per_call)    # seconds per training step
             done += 1
         print(json.dumps(times), flush=True)
 
