@@ -30,6 +30,7 @@ task = text_task(tokens[:3000], tokens[3000:], batch_size=8, context=16, train_e
 engine = Engine(mc, tc)
 first = fit(engine, task, workdir=work, progress=False)
 again = fit(engine, task, workdir=work, progress=False)          # resumes from the saved final step
+scanned = fit(engine, task, workdir=work + "-scanned", progress=False, steps_per_call=2)   # as on a GPU/TPU
 params = {jax.tree_util.keystr(p): np.asarray(a) for p, a in
           jax.tree_util.tree_leaves_with_path(to_host(jax.tree.map(lambda x: x, first.state)))
           if a.dtype.kind == "f"}
@@ -37,7 +38,9 @@ if is_writer():
     np.savez(out, **params)
     print("RESULT " + json.dumps({"processes": jax.process_count(), "devices": jax.device_count(),
                                   "losses": [m["loss"] for m in first.train_log], "final": first.final,
-                                  "resumed_from": again.resumed_from, "again": again.final}), flush=True)
+                                  "resumed_from": again.resumed_from, "again": again.final,
+                                  "scanned": {"per_call": scanned.steps_per_call, "final": scanned.final,
+                                              "losses": [m["loss"] for m in scanned.train_log]}}), flush=True)
 """
 
 
@@ -85,6 +88,15 @@ def test_two_processes_train_like_one_process_with_two_devices(runs):
     for name, value in one["params"].items():
         np.testing.assert_allclose(two["params"][name], value, rtol=1e-5, atol=1e-6, err_msg=name)
     np.testing.assert_allclose(two["final"]["val_ppl"], one["final"]["val_ppl"], rtol=1e-5)
+
+
+def test_two_processes_run_several_steps_per_call_like_one(runs):
+    """Two steps in one compiled call (`fit` on a GPU/TPU), the batches' step axis over two processes."""
+    one, two = runs["single"], runs["multi"]
+    assert one["scanned"]["per_call"] == two["scanned"]["per_call"] == 2
+    for run in (one, two):
+        np.testing.assert_allclose(run["scanned"]["losses"], one["losses"], rtol=1e-5)
+        np.testing.assert_allclose(run["scanned"]["final"]["val_ppl"], one["final"]["val_ppl"], rtol=1e-5)
 
 
 def test_only_process_0_writes_and_checkpoints_restore_across_processes(runs):
