@@ -160,10 +160,14 @@ def test_steps_per_call_divides_the_run_and_its_intervals(monkeypatch):
     assert choose(TrainConfig(steps=3000, eval_every=500, checkpoint_every=500), asked=16) == 10   # the paper's
     monkeypatch.setenv(loop.STEPS_PER_CALL_ENV, "2")
     assert choose(TC12) == 2 and choose(TC12, asked=4) == 4        # an argument wins over the environment
-    for bad in ("0", "-3", "two"):
+    for bad in ("0", "-3", "two", "²"):
         monkeypatch.setenv(loop.STEPS_PER_CALL_ENV, bad)
         with pytest.raises(ConfigError, match=loop.STEPS_PER_CALL_ENV) as err:
             choose(TC12)
+        one_line(err.value)
+    for bad in (0, 2.5, True):
+        with pytest.raises(ConfigError, match="steps_per_call") as err:
+            choose(TC12, asked=bad)
         one_line(err.value)
 
 
@@ -201,6 +205,56 @@ def test_several_steps_per_call_train_like_one(tmp_path, monkeypatch, engine12):
         np.testing.assert_allclose([m[key] for m in four.train_log], [m[key] for m in one.train_log], rtol=1e-5)
     for (path, a), (_, b) in zip(leaves(four.state), leaves(one.state)):
         np.testing.assert_allclose(a, b, rtol=1e-4, atol=1e-4, err_msg=path)   # measured 4.8e-6 absolute
+
+
+def test_several_steps_per_call_with_vmapped_seeds_and_dropout():
+    """Metrics [K, seeds] and block norms [K, seeds, blocks] come back one record per step."""
+    mc = dataclasses.replace(MC, dropout=0.1)
+    eng = Engine(mc, TC12, n_seeds=2)
+    one = run(mc, TC12, engine=eng, seeds=(0, 1), steps_per_call=1)
+    four = run(mc, TC12, engine=eng, seeds=(0, 1), steps_per_call=4)
+    assert [m["step"] for m in four.train_log] == list(range(1, 13))
+    assert all(len(m["loss"]) == 2 and np.shape(m["block_grad_norm"]) == (2, 1) for m in four.train_log)
+    np.testing.assert_allclose([m["loss"] for m in four.train_log], [m["loss"] for m in one.train_log], rtol=1e-5)
+    np.testing.assert_allclose(four.final["val_ppl"], one.final["val_ppl"], rtol=1e-4)
+
+
+def test_a_run_diverging_inside_a_call_names_its_step_and_saves_nothing_past_it(tmp_path):
+    tc = dataclasses.replace(TC, lr=1e9, steps=40, log_every=10, checkpoint_every=4)
+    steps = {}
+    for per_call in (1, 4):
+        with pytest.raises(TrainingDiverged) as info:
+            run(MC, tc, workdir=tmp_path / str(per_call), steps_per_call=per_call)
+        one_line(info.value)
+        steps[per_call] = info.value.step
+        saved = [int(p.name) for p in (tmp_path / str(per_call) / "checkpoints").iterdir() if p.name.isdigit()]
+        assert all(s < info.value.step for s in saved)
+    assert steps[4] == steps[1]                 # the first non-finite loss, not the call's end
+
+
+class FakePreemption:
+    """orbax's manager as far as `Checkpoints.due` asks it, with a notice agreed for one step."""
+    def __init__(self, at):
+        self.at, self.asked = at, []
+
+    def reached_preemption(self, step):
+        self.asked.append(step)
+        return step == self.at
+
+    def should_save(self, step):
+        return self.reached_preemption(step) or step % 4 == 0
+
+
+def test_checkpoints_are_due_on_the_interval_and_on_a_preemption_inside_a_call(tmp_path):
+    from attention_jax.train import Checkpoints
+    ckpt = Checkpoints(tmp_path, 4, {"run": 1}, resume=False)
+    assert not ckpt.preemptible                                  # no distributed runtime, no notices
+    assert [s for s in range(1, 10) if ckpt.due(s)] == [4, 8]    # and not orbax's first-step save
+    ckpt.close()
+    ckpt.preemptible, ckpt.manager = True, FakePreemption(at=6)
+    assert not ckpt.due(3, since=1) and ckpt.manager.asked == [1, 2, 3]
+    assert ckpt.due(7, since=4) and ckpt.manager.asked[3:] == [4, 5, 6, 7]   # every step, in order
+    assert not ckpt.due(10, since=8)
 
 
 def test_several_steps_per_call_resume_bit_for_bit(tmp_path, monkeypatch, engine12):

@@ -25,7 +25,7 @@ def main() -> None:
     from experiments.configs import LADDER_BUDGETS
     from experiments.throughput.worker import VOCAB, jax_contestant
     tc = LADDER_BUDGETS["cpu"]
-    step, _, info = jax_contestant(tc.batch_size, args.devices, with_eval=True)
+    step, _, info = jax_contestant(tc.batch_size, args.devices, with_eval=True, per_call=1)   # one step a call
     for i in range(3):
         step(i)
     start = time.perf_counter()

@@ -7,8 +7,8 @@ evaluation and a checkpoint every 500 steps) with the engine's compiled step rep
 one that does no work, so what is left is Python's share: sampling the batches, checking
 and placing them, launching the program, fetching and logging the metrics, the progress
 bar and the checkpoints. On a GPU/TPU a step of the ladder's small models takes less
-device time than this, so it sets the pace; README ("More than one process", the ladder on
-a GPU) quotes it for one step per call (a CPU's default) and for several (a GPU/TPU's).
+device time than this, so it sets the pace; README ("Train: the engine and its metrics")
+quotes it for one step per call (a CPU's default) and for several (a GPU/TPU's).
 Medians of `--repeats` runs after one run that compiles.
 """
 from attention_jax.harness.platform import apply_mallopt
@@ -43,7 +43,9 @@ def host_ms_per_step(steps: int, seeds: int, per_call: int, repeats: int) -> tup
     engine._step = jax.jit(lambda state, batch: (state, metrics()), donate_argnums=0)
     engine._steps = jax.jit(lambda state, batches: (state, metrics(batches["x"].shape[:1])), donate_argnums=0)
     engine.perplexity = lambda *a, **kw: np.ones(seeds)        # evaluations: the device's work too
-    used = fit(engine, task, seeds=list(range(seeds)), progress=False, steps_per_call=per_call).steps_per_call
+    with tempfile.TemporaryDirectory() as workdir:   # compiles what the timed runs use
+        used = fit(engine, task, seeds=list(range(seeds)), workdir=workdir, progress=False,
+                   steps_per_call=per_call).steps_per_call
     times = []
     for _ in range(repeats):
         with tempfile.TemporaryDirectory() as workdir:

@@ -79,9 +79,17 @@ class Checkpoints:
         barrier(f"checkpoints {workdir}")
         sums = _read_json(self.sums_file)
         self.sums = {str(k): v for k, v in sums.items()} if isinstance(sums, dict) else {}
-        options = ocp.CheckpointManagerOptions(save_interval_steps=every, max_to_keep=KEEP,
+        # Every `every` steps, and on a preemption notice (JAX's distributed runtime agrees on
+        # the step with the other processes); not orbax's default first-step save as well, so
+        # the steps kept are the same on any number of processes and steps per call.
+        policy = ocp.checkpoint_managers.AnySavePolicy([ocp.checkpoint_managers.FixedIntervalPolicy(every),
+                                                        ocp.checkpoint_managers.PreemptionCheckpointingPolicy()])
+        options = ocp.CheckpointManagerOptions(save_decision_policy=policy, max_to_keep=KEEP,
                                                enable_async_checkpointing=False)
         self.manager = ocp.CheckpointManager(self.dir, options=options)
+        # Preemption notices come only through JAX's distributed runtime (on by default when it
+        # starts, even for one process); without it nothing but the interval decides.
+        self.preemptible = jax.distributed.is_initialized()
 
     def restore(self, abstract_state) -> tuple[int, Any]:
         """(step, state) of the latest intact checkpoint, or (0, None) to start afresh."""
@@ -101,24 +109,30 @@ class Checkpoints:
             _note(f"checkpoint step {step} in {self.dir} is damaged: {problem}; {earlier}")
         return 0, None
 
+    def due(self, step: int, *, since: int | None = None) -> bool:
+        """Whether the state after `step` is to be saved: on the interval, or on a preemption.
+
+        `since`: the first step of a multi-step call that ended at `step`. On a preemption
+        notice JAX's processes agree to save at the next step any of them reports, so every
+        step in the call is reported, in order; a notice met inside saves the call's end.
+        Ask once per step reached, before `save`.
+        """
+        if not self.preemptible:   # skip orbax's own check, which costs more than a small model's GPU step
+            return step % self.every == 0 and step != self.manager.latest_step()
+        noticed = [self.manager.reached_preemption(s) for s in range(since or step, step)]
+        return self.manager.should_save(step) or any(noticed)
+
     def save(self, step: int, state, *, force: bool = False) -> None:
-        # Off the interval one process has nothing to save: skip orbax's own check, which costs
-        # more than a whole step of a small model on a GPU. Several processes always ask orbax,
-        # which agrees with the others on a preemption (a save off the interval).
-        if not force and step % self.every and jax.process_count() == 1:
+        """Save `state` as `step` if `due` (or `force`): orbax, then its checksum (process 0)."""
+        if not force and not self.due(step):
             return
-        if self.manager.save(step, args=ocp.args.StandardSave(state), force=force) and is_writer():
+        if self.manager.save(step, args=ocp.args.StandardSave(state), force=True) and is_writer():
             self.sums = {k: v for k, v in self.sums.items() if int(k) in self.manager.all_steps()}
             self.sums[str(step)] = state_digest(state)
             fd, tmp = tempfile.mkstemp(dir=self.sums_file.parent, prefix=f".{self.sums_file.name}.", suffix=".tmp")
             with os.fdopen(fd, "w") as f:
                 f.write(json.dumps(self.sums, indent=1))
             os.replace(tmp, self.sums_file)
-
-    def should_save(self, step: int) -> bool:
-        if step % self.every and jax.process_count() == 1:
-            return False
-        return self.manager.should_save(step)
 
     def latest_step(self) -> int | None:
         return self.manager.latest_step()

@@ -166,6 +166,8 @@ class Engine:
 
     def shard_steps(self, steps: list[list[dict]]) -> dict:
         """K steps' per-seed host batches -> one device batch for `steps`, with a leading step axis."""
+        if not steps:
+            raise ValueError("shard_steps needs the batches of at least one step")
         hosts = [self._host(b) for b in steps]
         stacked = self._checked({k: np.stack([h[k] for h in hosts]) for k in hosts[0]})
         return {k: self._shard(v, lead=1) for k, v in stacked.items()}

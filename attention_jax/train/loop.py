@@ -47,10 +47,14 @@ def default_steps_per_call() -> int:
     """$ATTENTION_JAX_STEPS_PER_CALL, else 1 on a CPU and 16 on a GPU/TPU."""
     text = os.environ.get(STEPS_PER_CALL_ENV, "").strip()
     if text:
-        if not text.isdigit() or int(text) < 1:
+        try:
+            value = int(text)
+        except ValueError:
+            value = 0
+        if value < 1:
             raise ConfigError(f"{STEPS_PER_CALL_ENV}={text!r} must be a positive whole number "
                               "(1 = one step per call), or unset for the backend's default")
-        return int(text)
+        return value
     import jax
     return 1 if jax.default_backend() == "cpu" else ACCELERATOR_STEPS_PER_CALL
 
@@ -61,8 +65,8 @@ def choose_steps_per_call(train_config: TrainConfig, *, asked: int | None = None
     calls and every call has one shape."""
     if asked is None:
         asked = default_steps_per_call()
-    if asked < 1:
-        raise ConfigError(f"steps_per_call={asked} must be a positive whole number")
+    if isinstance(asked, bool) or not isinstance(asked, int) or asked < 1:
+        raise ConfigError(f"steps_per_call={asked!r} must be a positive whole number (1 = one step per call)")
     tc = train_config
     every = math.gcd(tc.steps, tc.eval_every, tc.checkpoint_every if checkpoints else 0)
     return max(d for d in range(1, min(asked, every) + 1) if every % d == 0)
@@ -151,14 +155,14 @@ def fit(engine: Engine, task: Task, *, seeds: Sequence[int] = (0,), workdir: str
                     [[task.sample(s, i) for s in seeds] for i in range(step, step + n)]))
             done = step + n
             pending.append((step + 1, n, n > 1, metrics))
-            if (done // tc.log_every > step // tc.log_every or done == tc.steps
-                    or (ckpt and ckpt.should_save(done)) or due(done)):
+            saving = ckpt is not None and ckpt.due(done, since=step + 1)
+            if done // tc.log_every > step // tc.log_every or done == tc.steps or saving or due(done):
                 flush()        # every saved or evaluated state has a finite loss behind it
                 bar.set_postfix(loss=f"{np.mean(train_log[-1]['loss']):.3f}")
             if due(done):
                 log(evaluate(done))
-            if ckpt:
-                ckpt.save(done, state)
+            if saving:
+                ckpt.save(done, state, force=True)
             bar.update(n)
     except KeyboardInterrupt:
         if ckpt and done > start:

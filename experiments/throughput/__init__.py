@@ -29,7 +29,7 @@ from attention_jax.harness.platform import MALLOPT_ENV
 CONTEXT = 128   # the ladder's window
 
 NAME = "throughput"
-PRESETS = {   # rounds × steps timed per contestant, after `warmup` steps
+PRESETS = {   # rounds × steps calls timed per contestant, after `warmup` calls (a call: 16 steps on a GPU/TPU)
     "smoke": dict(batch=8, warmup=1, rounds=2, steps=1),
     "cpu": dict(batch=64, warmup=3, rounds=10, steps=3),
     "paper": dict(batch=64, warmup=5, rounds=10, steps=5),

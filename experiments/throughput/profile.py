@@ -75,7 +75,8 @@ def main(argv=None) -> int:
     import jax
     # The CPU device count must be set before JAX starts a backend; on a GPU/TPU it changes nothing.
     devices = args.devices or cpu_devices(args.batch)
-    step, _, info = jax_contestant(args.batch, devices, attention=args.attention, dtype=args.dtype, with_hlo=True)
+    step, _, info = jax_contestant(args.batch, devices, attention=args.attention, dtype=args.dtype, with_hlo=True,
+                                   per_call=1)   # the one-step program, whose HLO names the ops
     for i in range(3):   # compile and warm the allocator, as the benchmark does
         step(i)
     folder = args.keep or tempfile.mkdtemp(prefix="attention_jax-profile-")
