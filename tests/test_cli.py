@@ -84,3 +84,16 @@ def test_names_keep_the_table_order_unless_asked_as_given():
     assert cli.choose_names("chunked,reference,chunked", known, as_given=True) == ["chunked", "reference"]
     with pytest.raises(ConfigError, match="unknown attention 'flash'"):
         cli.choose_names("flash", known, "attention", as_given=True)
+
+
+def test_steps_per_call_from_the_environment_is_checked_and_announced_before_any_work(tmp_path, monkeypatch, capsys):
+    from experiments import params
+    monkeypatch.setenv("ATTENTION_JAX_CACHE", str(tmp_path / "cache"))
+    monkeypatch.setenv("ATTENTION_JAX_STEPS_PER_CALL", "many")
+    assert params.main(["--preset", "smoke", "--out", str(tmp_path)]) == 2
+    out, err = capsys.readouterr()
+    assert err.strip().splitlines()[-1].startswith("error: ATTENTION_JAX_STEPS_PER_CALL='many'")
+    assert not (tmp_path / "params" / "results.json").exists()
+    monkeypatch.setenv("ATTENTION_JAX_STEPS_PER_CALL", "4")
+    assert params.main(["--preset", "smoke", "--out", str(tmp_path)]) == 0
+    assert "training: up to 4 steps per compiled call" in capsys.readouterr().out

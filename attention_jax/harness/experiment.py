@@ -109,6 +109,10 @@ class Experiment:
         print(describe_backend(), flush=True)
         if kept:
             print(compile_cache.describe(kept), flush=True)
+        from attention_jax.train.loop import STEPS_PER_CALL_ENV, default_steps_per_call
+        per_call = default_steps_per_call()     # a bad $ATTENTION_JAX_STEPS_PER_CALL: one line now, not mid-table
+        if per_call > 1:
+            print(f"training: up to {per_call} steps per compiled call ({STEPS_PER_CALL_ENV}=1: one)", flush=True)
         warning = check_backend()
         if warning:   # a GPU/TPU plugin JAX cannot use: say so loudly, then run on what there is
             print(warning, file=sys.stderr, flush=True)
