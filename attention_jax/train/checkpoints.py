@@ -81,7 +81,8 @@ class Checkpoints:
         self.sums = {str(k): v for k, v in sums.items()} if isinstance(sums, dict) else {}
         # Every `every` steps, and on a preemption notice (JAX's distributed runtime agrees on
         # the step with the other processes); not orbax's default first-step save as well, so
-        # the steps kept are the same on any number of processes and steps per call.
+        # the steps kept are the same on any number of processes and steps per call. (These
+        # save-decision policies need orbax-checkpoint >= 0.11.1.)
         policy = ocp.checkpoint_managers.AnySavePolicy([ocp.checkpoint_managers.FixedIntervalPolicy(every),
                                                         ocp.checkpoint_managers.PreemptionCheckpointingPolicy()])
         options = ocp.CheckpointManagerOptions(save_decision_policy=policy, max_to_keep=KEEP,
