@@ -35,3 +35,13 @@ class TrainingDiverged(UserError, RuntimeError):
         keep = f"its last good checkpoint (step {kept}) is kept" if kept else "no checkpoint of it is kept"
         super().__init__(f"row {row!r} diverged at step {step}: {what}; the learning rate (lr={lr:g}) is the "
                          f"likely cause: lower it with --lr; {keep} and nothing was recorded as finished")
+
+
+class Preempted(KeyboardInterrupt):
+    """The machines are being taken back (a preemption notice, through JAX's distributed runtime):
+    every process saved the same step and stopped; the same command resumes from it."""
+
+    def __init__(self, step: int):
+        self.step = step
+        super().__init__(f"preempted: every process saved step {step} and stopped; rerun the same command "
+                         "to continue from it")

@@ -97,3 +97,10 @@ def test_steps_per_call_from_the_environment_is_checked_and_announced_before_any
     monkeypatch.setenv("ATTENTION_JAX_STEPS_PER_CALL", "4")
     assert params.main(["--preset", "smoke", "--out", str(tmp_path)]) == 0
     assert "training: up to 4 steps per compiled call" in capsys.readouterr().out
+
+
+def test_a_preemption_is_reported_as_its_own_line_and_exit_130(capsys):
+    from attention_jax.errors import Preempted
+    assert cli.report_error(Preempted(36)) == cli.EXIT_INTERRUPTED == 130
+    err = capsys.readouterr().err.strip()
+    assert err == "preempted: every process saved step 36 and stopped; rerun the same command to continue from it"

@@ -107,3 +107,61 @@ def test_only_process_0_writes_and_checkpoints_restore_across_processes(runs):
     steps = [json.loads(l)["step"] for l in lines]
     assert steps == [1, 2, 3, 4, 4, 4], steps          # 4 steps, the final evaluation, and the resumed one: once each
     assert sorted(p.name for p in (two["work"] / "checkpoints").iterdir() if p.name.isdigit()) == ["2", "4"]
+
+
+PREEMPT_SCRIPT = """
+import dataclasses, json, os, signal, sys
+import numpy as np
+from attention_jax.train.distributed import initialize
+pid, port, work = int(sys.argv[1]), sys.argv[2], sys.argv[3]
+initialize(f"127.0.0.1:{port}", 2, pid)
+from attention_jax.config import ModelConfig, TrainConfig
+from attention_jax.errors import Preempted
+from attention_jax.train import Engine, fit, text_task
+mc = ModelConfig(vocab_size=64, context=16, d_model=32, n_heads=2)
+tc = TrainConfig(steps=200, batch_size=8, lr=1e-2, eval_batch=8, checkpoint_every=100, log_every=10,
+                 train_eval_windows=8)
+tokens = np.random.default_rng(0).integers(0, 64, 4096).astype(np.int32)
+task = text_task(tokens[:3000], tokens[3000:], batch_size=8, context=16, train_eval_windows=8)
+noticed = []
+
+def sample(seed, step):
+    if pid == 1 and step == 30 and not noticed:   # what a scheduler sends before taking a machine back
+        noticed.append(step)
+        os.kill(os.getpid(), signal.SIGTERM)
+    return task.sample(seed, step)
+
+engine = Engine(mc, tc)
+out = {"pid": pid}
+try:
+    fit(engine, dataclasses.replace(task, sample=sample), workdir=work, progress=False, steps_per_call=4)
+    out["preempted"] = None
+except Preempted as e:
+    out["preempted"], out["message"] = e.step, str(e)
+out["saved"] = sorted(int(p) for p in os.listdir(os.path.join(work, "checkpoints")) if p.isdigit())
+again = fit(engine, task, workdir=work, progress=False, steps_per_call=4)
+out["resumed_from"], out["final"] = again.resumed_from, again.final
+print("RESULT " + json.dumps(out), flush=True)
+"""
+
+
+def test_a_preemption_notice_saves_one_agreed_step_on_every_process_and_stops(tmp_path):
+    """SIGTERM to one of two processes (as a scheduler sends it), four steps per call: JAX's
+    runtime tells both; both save the same step, at the end of a call, stop, and resume there."""
+    script = tmp_path / "preempt.py"
+    script.write_text(PREEMPT_SCRIPT)
+    env = dict(os.environ, JAX_PLATFORMS="cpu",
+               PYTHONPATH=os.pathsep.join(filter(None, [str(REPO), os.environ.get("PYTHONPATH")])))
+    port = str(free_port())
+    procs = [subprocess.Popen([sys.executable, str(script), str(pid), port, str(tmp_path / "work")], cwd=REPO,
+                              env=env, text=True, stdout=subprocess.PIPE, stderr=subprocess.PIPE) for pid in (0, 1)]
+    outs = [p.communicate(timeout=600) for p in procs]
+    for p, (_, stderr) in zip(procs, outs):
+        assert p.returncode == 0, stderr[-3000:]
+    got = [json.loads(next(l for l in stdout.splitlines() if l.startswith("RESULT "))[7:]) for stdout, _ in outs]
+    step = got[0]["preempted"]
+    assert step is not None and got[1]["preempted"] == step, got       # one step, agreed by both
+    assert 30 < step < 100 and step % 4 == 0                            # after the notice, at a call's end
+    assert step in got[0]["saved"] and "rerun the same command" in got[0]["message"]
+    assert got[0]["resumed_from"] == got[1]["resumed_from"] == step
+    assert got[0]["final"] == got[1]["final"]

@@ -19,7 +19,7 @@ import sys
 import tempfile
 from typing import Mapping, Sequence
 
-from attention_jax.errors import STOP, ConfigError, UserError
+from attention_jax.errors import STOP, ConfigError, Preempted, UserError
 
 EXIT_USER_ERROR, EXIT_INTERRUPTED = 2, 130
 SMOKE_NOTE = ("smoke preset: a plumbing check of a few steps; its figures and claims mean nothing at this "
@@ -201,8 +201,9 @@ def join_processes(args) -> None:
 def report_error(e: BaseException) -> int:
     """Print a user error or an interrupt as its one line; return the exit status."""
     if isinstance(e, KeyboardInterrupt):
-        print("interrupted: finished results are kept; rerun the same command to continue", file=sys.stderr,
-              flush=True)
+        message = str(e) if isinstance(e, Preempted) else ("interrupted: finished results are kept; rerun the "
+                                                          "same command to continue")
+        print(message, file=sys.stderr, flush=True)
         return EXIT_INTERRUPTED
     message = " ".join(str(e).split())
     print(f"error: {message}", file=sys.stderr, flush=True)

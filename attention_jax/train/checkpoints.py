@@ -91,6 +91,7 @@ class Checkpoints:
         # Preemption notices come only through JAX's distributed runtime (on by default when it
         # starts, even for one process); without it nothing but the interval decides.
         self.preemptible = jax.distributed.is_initialized()
+        self.preempted = False     # set by `due` when a preemption notice (not the interval) asks for the save
 
     def restore(self, abstract_state) -> tuple[int, Any]:
         """(step, state) of the latest intact checkpoint, or (0, None) to start afresh."""
@@ -121,7 +122,9 @@ class Checkpoints:
         if not self.preemptible:   # skip orbax's own check, which costs more than a small model's GPU step
             return step % self.every == 0 and step != self.manager.latest_step()
         noticed = [self.manager.reached_preemption(s) for s in range(since or step, step)]
-        return self.manager.should_save(step) or any(noticed)
+        orbax_says = self.manager.should_save(step)      # the interval, or a notice met at `step` itself
+        self.preempted = any(noticed) or (orbax_says and step % self.every != 0)
+        return orbax_says or any(noticed)
 
     def save(self, step: int, state, *, force: bool = False) -> None:
         """Save `state` as `step` if `due` (or `force`): orbax, then its checksum (process 0)."""

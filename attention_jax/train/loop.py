@@ -11,6 +11,8 @@ metrics file, so the curves survive it too.
 
 A loss that stops being finite ends the run with one line (`TrainingDiverged`) before
 that state is saved: the last good checkpoint stays, and nothing is reported as finished.
+A preemption notice (JAX's distributed runtime, when processes are joined) saves the
+step all processes agree on and stops the run with `Preempted` (a KeyboardInterrupt).
 
 On a GPU/TPU the loop hands the device several steps per call (`steps_per_call`, a scan
 over their batches): the ladder's small models take less device time per step than
@@ -32,7 +34,7 @@ import numpy as np
 from tqdm.auto import tqdm
 
 from attention_jax.config import TrainConfig
-from attention_jax.errors import STOP, ConfigError, TrainingDiverged
+from attention_jax.errors import STOP, ConfigError, Preempted, TrainingDiverged
 from attention_jax.train.checkpoints import Checkpoints
 from attention_jax.train.distributed import is_writer, to_host
 from attention_jax.train.engine import Engine
@@ -163,9 +165,11 @@ def fit(engine: Engine, task: Task, *, seeds: Sequence[int] = (0,), workdir: str
                 log(evaluate(done))
             if saving:
                 ckpt.save(done, state, force=True)
+                if ckpt.preempted:     # the machines are going: stop here, all processes at this step
+                    raise Preempted(done)
             bar.update(n)
     except KeyboardInterrupt:
-        if ckpt and done > start:
+        if ckpt and done > start and ckpt.latest_step() != done:
             try:
                 flush()
                 ckpt.save(done, state, force=True)   # keep what this run has finished
