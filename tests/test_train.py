@@ -603,6 +603,11 @@ def test_token_weights_score_only_the_weighted_positions(engine):
     plain, _ = eng.step(eng.init([0]), eng.shard([b]))   # and without weights every position counts
     with pytest.raises(AssertionError):
         assert_same_state(first, plain)
+    # Several steps in one call carry the weights too: two weighted steps, the same losses.
+    _, two = eng.steps(eng.init([0]), eng.shard_steps([[weighted], [other]]))
+    state, _ = eng.step(eng.init([0]), eng.shard([weighted]))
+    _, after = eng.step(state, eng.shard([other]))
+    np.testing.assert_allclose(np.asarray(two["loss"]), [float(m["loss"]), float(after["loss"])], rtol=1e-5)
 
 
 def test_nll_sums_and_counts_give_perplexity_and_bits(engine):
