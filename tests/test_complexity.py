@@ -124,9 +124,12 @@ def test_a_child_process_measures_time_and_memory():
     assert row["device_peak_bytes"] is None or jax.default_backend() != "cpu"
 
 
-def test_bad_max_tokens_is_one_clear_error(tmp_path, capsys):
-    assert complexity.main(["--preset", "smoke", "--max-tokens", "64", "--out", str(tmp_path)]) == 2
-    assert capsys.readouterr().err.strip().startswith("error: --max-tokens 64")
+@pytest.mark.parametrize("tokens", ["64", "129", "255"])
+def test_max_tokens_leaving_no_exponent_to_fit_is_one_clear_error(tmp_path, capsys, tokens):
+    """Below 256 only the 128-token row runs, and a slope needs two (it printed n^nan, exit 0)."""
+    assert complexity.main(["--preset", "smoke", "--max-tokens", tokens, "--out", str(tmp_path)]) == 2
+    err = capsys.readouterr().err.strip()
+    assert err.startswith(f"error: --max-tokens {tokens}") and "256 or more" in err and "\n" not in err
 
 
 @pytest.mark.parametrize("backend, inside", [("cpu", None), ("gpu", "highest"), ("tpu", "highest")])

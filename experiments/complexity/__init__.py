@@ -90,9 +90,10 @@ def tabulate(results: dict) -> tuple[dict, dict]:
         shown = [dict(r, book_ms=BOOK.get(r["n"], (None,))[0], book_mb=BOOK.get(r["n"], (None, None))[1]) | ({} if
                  r.get("ms") is not None else {"ms": "out of memory" if r.get("oom") else "failed", "peak_mb": est(r)})
                  for r in rows]
+        slope = lambda x: f"n^{x:.2f}" if math.isfinite(x) else "n^? (fewer than two rows measured)"
         tables[TITLES[variant]] = report.format_table(COLUMNS + (book if variant == "naive" else []), shown) + (
-            f"\n\nfitted exponent (log-log slope, last four rows): time ~ n^{fit['time']:.2f}"
-            f"   memory ~ n^{fit['memory']:.2f}" + ("   (book: n^1.91, n^1.87)" if variant == "naive" else ""))
+            f"\n\nfitted exponent (log-log slope, last four rows): time ~ {slope(fit['time'])}"
+            f"   memory ~ {slope(fit['memory'])}" + ("   (book: n^1.91, n^1.87)" if variant == "naive" else ""))
     return tables, fits
 
 
@@ -150,8 +151,9 @@ def figure(results: dict, preset: str):
 
 def run(ctx) -> Result:
     args, p = ctx.args, ctx.settings
-    if args.max_tokens is not None and args.max_tokens < 128:
-        raise ConfigError(f"--max-tokens {args.max_tokens} is below the first row (128 tokens); raise it")
+    if args.max_tokens is not None and args.max_tokens < 256:   # a slope needs two rows: 128 and 256
+        raise ConfigError(f"--max-tokens {args.max_tokens} leaves fewer than two rows (128, 256, 512, ... tokens) "
+                          "to fit an exponent to; use --max-tokens 256 or more")
     p = dict(p, chunk_size=args.chunk_size or p["chunk_size"])
     budget, started = args.memory_budget_mb and args.memory_budget_mb * MIB, time.perf_counter()
     variants, folder = cli.choose_names(args.variants, list(VARIANTS), "variant"), ctx.folder
