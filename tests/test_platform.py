@@ -144,14 +144,28 @@ def test_importing_platform_does_not_import_jax():
     ({}, True, 2),                                   # the norms table: one arena fragments (12.4 GB vs 3.9)
     ({platform.ARENAS_ENV: "3"}, False, 3),          # the override wins either way
     ({platform.ARENAS_ENV: "1"}, True, 1),
-    ({platform.ARENAS_ENV: "junk"}, True, 2),        # not a positive number: ignored
-    ({platform.ARENAS_ENV: "0"}, False, 1),
+    ({platform.ARENAS_ENV: " "}, True, 2),           # blank: the default
 ])
 def test_malloc_arenas_are_one_unless_the_programs_are_big(monkeypatch, env, big_programs, arenas):
     monkeypatch.delenv(platform.ARENAS_ENV, raising=False)
     for name, value in env.items():
         monkeypatch.setenv(name, value)
     assert platform.malloc_arenas(big_programs) == arenas
+
+
+@pytest.mark.parametrize("value", ["junk", "0", "-2", "²", "99999999999999999999"])
+def test_an_impossible_arena_count_is_one_clear_error_from_the_command_line(monkeypatch, capsys, value):
+    """Not a number from 1 to 1024: one line and exit 2 (it was ignored, or a ctypes traceback)."""
+    monkeypatch.setenv(platform.ARENAS_ENV, value)
+    with pytest.raises(platform.ConfigError, match=platform.ARENAS_ENV):
+        platform.malloc_arenas()
+    import experiments.params
+    from attention_jax.harness import cli
+    monkeypatch.setattr(cli, "catch_interrupts", lambda: None)
+    monkeypatch.setattr(sys, "argv", ["params", "--preset", "smoke"])
+    assert experiments.params.EXPERIMENT.main() == 2
+    err = capsys.readouterr().err.strip()
+    assert err.startswith(f"error: {platform.ARENAS_ENV}={value!r}") and "\n" not in err
 
 
 def test_only_the_norms_table_declares_big_programs():

@@ -137,10 +137,10 @@ class Experiment:
 
     def main(self, argv: list[str] | None = None) -> int:
         """The command line: run, print, save; one line and exit 2 for a user error, 130 for Ctrl-C."""
-        if argv is None:   # a command-line run (tests pass argv): keep XLA's scratch memory
-            apply_mallopt(self.big_programs)
-            cli.catch_interrupts()
         try:
+            if argv is None:   # a command-line run (tests pass argv): keep XLA's scratch memory
+                apply_mallopt(self.big_programs)
+                cli.catch_interrupts()
             self.execute(self.parser().parse_args(argv))
         except UserError as e:
             return cli.report_error(e)

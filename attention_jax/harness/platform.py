@@ -35,6 +35,8 @@ import os
 import re
 import sys
 
+from attention_jax.errors import ConfigError
+
 REPO_URL = "https://github.com/attention-jax/attention_jax"
 MALLOPT_ENV = "ATTENTION_JAX_MALLOPT"   # "0" turns the tuning off
 # (M_MMAP_MAX, M_TRIM_THRESHOLD, M_TOP_PAD) and M_ARENA_MAX; mallopt takes a C int.
@@ -46,9 +48,16 @@ ARENAS_ENV = "ATTENTION_JAX_ARENAS"     # a positive number overrides malloc_are
 def malloc_arenas(big_programs: bool = False) -> int:
     """glibc arenas for XLA: one (fast, see above), two for big programs that fragment one arena."""
     asked = os.environ.get(ARENAS_ENV, "").strip()
-    if asked.isdigit() and int(asked) > 0:
-        return int(asked)
-    return 2 if big_programs else 1
+    if not asked:
+        return 2 if big_programs else 1
+    try:
+        value = int(asked)
+    except ValueError:
+        value = 0
+    if not 1 <= value <= 1024:      # mallopt takes a C int; more arenas than that helps nobody
+        raise ConfigError(f"{ARENAS_ENV}={asked!r} must be a whole number from 1 to 1024 (glibc malloc arenas), "
+                          "or unset for the default")
+    return value
 
 
 def apply_mallopt(big_programs: bool = False) -> bool:
