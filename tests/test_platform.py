@@ -196,3 +196,15 @@ def test_a_command_line_run_tunes_malloc_for_its_programs(monkeypatch, name, big
     with pytest.raises(SystemExit):
         importlib.import_module(f"experiments.{name}").EXPERIMENT.main()
     assert asked == [big]
+
+
+@pytest.mark.parametrize("platforms", ["gpu", "foo"])
+def test_a_backend_jax_cannot_start_is_one_clear_error(platforms, tmp_path):
+    """JAX_PLATFORMS naming a backend this machine lacks: one line and exit 2, not JAX's traceback."""
+    proc = subprocess.run([sys.executable, "-m", "experiments.params", "--preset", "smoke", "--out", str(tmp_path)],
+                          cwd=REPO, capture_output=True, text=True, timeout=120,
+                          env={**os.environ, "JAX_PLATFORMS": platforms})
+    assert proc.returncode == 2, proc.stderr[-2000:]
+    err = proc.stderr.strip().splitlines()
+    assert len(err) == 1 and err[0].startswith(f"error: JAX cannot start the backend JAX_PLATFORMS='{platforms}'")
+    assert "Traceback" not in proc.stderr and "unset JAX_PLATFORMS" in err[0]

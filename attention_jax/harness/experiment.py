@@ -102,6 +102,11 @@ class Experiment:
         return Context(args, self.name, preset, settings, folder, chosen)
 
     def execute(self, args: argparse.Namespace) -> Result:
+        from attention_jax.harness.platform import backend_errors
+        with backend_errors():     # a backend JAX cannot start: one line, wherever JAX first meets it
+            return self._execute(args)
+
+    def _execute(self, args: argparse.Namespace) -> Result:
         ctx = self.context(args)
         from attention_jax.harness import compile_cache   # imports JAX: after --help
         from attention_jax.harness.platform import check_backend, describe_backend

@@ -28,6 +28,7 @@ untuned), so that table keeps two. `ATTENTION_JAX_ARENAS=N` overrides both. READ
 """
 from __future__ import annotations
 
+import contextlib
 import ctypes
 import importlib.metadata
 import importlib.util
@@ -70,6 +71,22 @@ def apply_mallopt(big_programs: bool = False) -> bool:
         return all(libc.mallopt(param, value) == 1 for param, value in settings)
     except (OSError, AttributeError):   # not glibc: nothing to tune
         return False
+
+
+@contextlib.contextmanager
+def backend_errors():
+    """JAX failing to start the backend `JAX_PLATFORMS` names (an unknown name, a GPU without its
+    plugin), as one line instead of JAX's RuntimeError from deep inside the first computation."""
+    try:
+        yield
+    except RuntimeError as e:
+        text = " ".join(str(e).split())
+        if not text.startswith("Unable to initialize backend"):
+            raise
+        asked = os.environ.get("JAX_PLATFORMS", "")
+        raise ConfigError(f"JAX cannot start the backend{f' JAX_PLATFORMS={asked!r} asks for' if asked else ''}: "
+                          f"{text.split(' (set JAX_PLATFORMS')[0].rstrip('.')}; unset JAX_PLATFORMS to run on what this "
+                          "machine has, or install that backend's plugin with the project (README, Install)") from None
 
 
 def accelerator() -> str | None:
