@@ -104,3 +104,26 @@ def test_a_preemption_is_reported_as_its_own_line_and_exit_130(capsys):
     assert cli.report_error(Preempted(36)) == cli.EXIT_INTERRUPTED == 130
     err = capsys.readouterr().err.strip()
     assert err == "preempted: every process saved step 36 and stopped; rerun the same command to continue from it"
+
+
+def test_an_interrupt_python_must_ignore_prints_no_traceback():
+    """Ctrl-C landing in a weakref callback (garbage collection) is kept by the STOP note, not printed."""
+    code = """
+import weakref
+from attention_jax.errors import STOP
+from attention_jax.harness import cli
+cli.catch_interrupts()
+class Thing: pass
+def interrupted(ref): raise KeyboardInterrupt          # where the SIGINT handler's raise lands
+def broken(ref): raise ValueError("a real bug")
+one, two = Thing(), Thing()
+refs = weakref.ref(one, interrupted), weakref.ref(two, broken)
+STOP.set()
+del one
+del two
+print("STOP", STOP.is_set())
+"""
+    proc = subprocess.run([sys.executable, "-c", code], cwd=REPO, capture_output=True, text=True, timeout=60)
+    assert proc.returncode == 0 and proc.stdout.strip() == "STOP True"
+    assert "KeyboardInterrupt" not in proc.stderr            # the interrupt: silent, STOP holds it
+    assert "ValueError: a real bug" in proc.stderr           # anything else: Python's report as before

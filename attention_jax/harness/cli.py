@@ -183,6 +183,16 @@ def catch_interrupts() -> None:
         STOP.set()
         raise KeyboardInterrupt
     signal.signal(signal.SIGINT, handler)
+    previous = sys.unraisablehook
+
+    def quiet(unraisable):
+        # An interrupt that lands in a callback Python cannot raise from (a weakref's, during
+        # garbage collection) is printed as "Exception ignored" with a traceback; the note
+        # above already holds it, so the loop stops anyway: nothing to print.
+        if isinstance(unraisable.exc_value, KeyboardInterrupt) and STOP.is_set():
+            return
+        previous(unraisable)
+    sys.unraisablehook = quiet
 
 
 def join_processes(args) -> None:
