@@ -110,3 +110,28 @@ def test_a_damaged_artifact_is_recovered_or_refused_in_one_line(pristine, tmp_pa
     results = json.loads((root / "out" / "ladder" / "results.json").read_text())
     got = {r["name"]: (r["train_ppl"], r["val_ppl"]) for r in results["rows"]}
     assert got["no_context"] == expected["no_context"], err   # the undamaged run's numbers, exactly
+
+
+def test_every_checkpoint_damaged_and_no_record_retrains_quietly_keeping_the_damaged_aside(
+        pristine, tmp_path, monkeypatch, corpus_folder):
+    """Nothing intact to resume: the run starts afresh and saves its steps again (orbax refuses to
+    overwrite a step, so the damaged ones move to damaged/), with one note per damaged step and none
+    of the traceback echoes orbax's abandoned reads print."""
+    source, expected = pristine
+    root = tmp_path / "copy"
+    shutil.copytree(source, root)
+    record, _ = artifact(root, "row record")
+    record.unlink()
+    run = next((root / "out" / "ladder" / "runs").glob("no_context-*"))
+    for step in ("6", "12"):
+        damage(run / "checkpoints" / step, "flip", None)
+    monkeypatch.setenv("ATTENTION_JAX_CACHE", str(root / "cache"))
+    monkeypatch.setenv("ATTENTION_JAX_DATA", str(corpus_folder))
+    code, err = command(root / "out")
+    assert code == 0, err
+    assert "Traceback" not in err and "Exception ignored" not in err, err
+    assert err.count("is damaged") == 2 and "starting afresh" in err
+    results = json.loads((root / "out" / "ladder" / "results.json").read_text())
+    assert {r["name"]: (r["train_ppl"], r["val_ppl"]) for r in results["rows"]}["no_context"] == expected["no_context"]
+    assert sorted(p.name for p in (run / "checkpoints").iterdir() if p.name.isdigit()) == ["12", "6"]
+    assert sorted(p.name for p in (run / "damaged").iterdir()) == ["12", "6"]

@@ -76,6 +76,28 @@ def test_a_measure_added_later_is_computed_from_the_checkpoint(trained):
     assert saved["measures"]["at_64"] == again["measures"]["at_64"]       # kept for the next run
 
 
+def test_a_finished_row_whose_checkpoint_is_gone_is_retrained_alone_when_reopened(trained, tmp_path, capsys):
+    """The record alone serves a table that only reads figures; a table that reopens the model
+    (or measures it anew) trains that row again, saying so, instead of asking for --fresh."""
+    import shutil
+    out, record = trained
+    folder = tmp_path / "ladder"
+    shutil.copytree(out / "ladder", folder)
+    shutil.rmtree(folder / "runs" / record["key"] / "checkpoints")
+    train_split, val = splits()
+    cfg, tc = by_name(LADDER, ROW).config, ladder.PRESETS["smoke"]
+    task = text_task(train_split, val, batch_size=tc.batch_size, context=cfg.context,
+                     train_eval_windows=tc.train_eval_windows)
+    again = lambda **kw: rows.train_row(ROW, cfg, tc, task, preset="smoke", seeds=[0], folder=folder,
+                                        progress=False, **kw)
+    assert again()["cached"]                                 # figures only: the record is enough
+    capsys.readouterr()
+    retrained = again(reopen=True)
+    assert not retrained["cached"] and retrained["final"] == record["final"]   # CPU training repeats exactly
+    assert f"row {ROW!r} is finished but its checkpoint cannot be reopened" in capsys.readouterr().err
+    assert rows.load_model(retrained, folder) is not None and again(reopen=True)["cached"]
+
+
 @pytest.mark.parametrize("damage", ["truncate", "not_json", "foreign"])
 def test_a_damaged_or_foreign_record_is_retrained_saying_why(tmp_path, damage):
     first, _ = train(tmp_path)

@@ -98,12 +98,16 @@ def load_model(record: dict, folder: pathlib.Path, *, seed: int = 0):
 
 def train_row(name: str, model_config: ModelConfig, train_config: TrainConfig, task, *, preset: str, seeds,
               folder: pathlib.Path, fresh: bool = False, progress: bool = True,
-              measures: Mapping[str, Measure] | None = None) -> dict:
+              measures: Mapping[str, Measure] | None = None, reopen: bool = False) -> dict:
     """Train one row (or load it when already finished) and return its record.
 
     `measures` maps a name to `measure(engine, state) -> dict`: a table's own figures
-    (e.g. perplexity at other lengths), kept in `record["measures"][name]`.
+    (e.g. perplexity at other lengths), kept in `record["measures"][name]`. `reopen`: the
+    table will reopen the trained model (`restore_state`, `load_model`), so a finished row is
+    served from the cache only when its checkpoint restores. A finished row whose checkpoint
+    is needed but damaged or gone is trained again, that row alone (not the whole table).
     """
+    from attention_jax.errors import CheckpointError
     from attention_jax.train import Engine, fit
     from attention_jax.inspect import count_params
     measures = dict(measures or {})
@@ -112,12 +116,18 @@ def train_row(name: str, model_config: ModelConfig, train_config: TrainConfig, t
     record = None if fresh else _cached(done_file, key, model_config, train_config)
     if record is not None:
         missing = [m for m in measures if m not in record.get("measures", {})]
-        if missing:   # added to the table since the row was trained: measure its checkpoint
-            engine, state = restore_state(record, folder)
-            record["measures"].update({m: measures[m](engine, state) for m in missing})
-            _write(done_file, record)
-        record["cached"] = True
-        return record
+        try:
+            if missing or reopen:
+                engine, state = restore_state(record, folder)
+            if missing:   # added to the table since the row was trained: measure its checkpoint
+                record["measures"].update({m: measures[m](engine, state) for m in missing})
+                _write(done_file, record)
+            record["cached"] = True
+            return record
+        except CheckpointError:
+            _note(f"row {name!r} is finished but its checkpoint cannot be reopened (damaged or deleted); "
+                  "training that row again")
+            fresh = True
     engine = Engine(model_config, train_config, n_seeds=len(seeds))
     result = fit(engine, task, seeds=seeds, workdir=folder / "runs" / key, resume=not fresh, progress=progress,
                  desc=name)

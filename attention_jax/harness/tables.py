@@ -65,8 +65,10 @@ class TextTable:
         return self.corpus.default
 
     def train(self, name: str, model_config: ModelConfig, *, train_config: TrainConfig | None = None,
-              measures: Mapping[str, rows.Measure] | None = None) -> dict:
-        """Train (or reload) one row; its record with mean/std/per-seed train and val perplexity."""
+              measures: Mapping[str, rows.Measure] | None = None, reopen: bool = False) -> dict:
+        """Train (or reload) one row; its record with mean/std/per-seed train and val perplexity.
+
+        `reopen`: the table will `load_model` it, so its checkpoint must restore (else the row retrains)."""
         from attention_jax.model import resolve_attention
         from attention_jax.train import text_task
         tc, model_config = train_config or self.ctx.settings, self.ctx.model(model_config)
@@ -74,7 +76,7 @@ class TextTable:
                          train_eval_windows=tc.train_eval_windows, identity=self.corpus.identity())
         record = rows.train_row(name, model_config, tc, task, preset=self.ctx.preset, seeds=self.seeds,
                                 folder=self.ctx.folder, fresh=self.ctx.args.fresh, progress=self.ctx.progress,
-                                measures=measures)
+                                measures=measures, reopen=reopen)
         for figure in record["final"]:
             record[figure], record[f"{figure}_std"], record[f"{figure}_seeds"] = rows.summary(record, figure)
         record["train"], record["val"] = (rows.fmt(record["train_ppl"], record["train_ppl_std"]),

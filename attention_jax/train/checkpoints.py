@@ -54,6 +54,25 @@ def _note(message: str) -> None:
     print(f"note: {message}", file=sys.stderr, flush=True)
 
 
+def _hush_closed_event_loops() -> None:
+    """When orbax gives up on damaged bytes, its reads still running in TensorStore's threads end
+    later, each printed by Python as "Exception ignored": "Event loop is closed", and the read
+    error again from its abandoned coroutine. The damage is reported once, in our own note; those
+    echoes of it are dropped (every other unraisable error is printed as before)."""
+    if getattr(sys.unraisablehook, "_hushes_orbax", False):
+        return
+    previous = sys.unraisablehook
+
+    def hook(unraisable):
+        code = getattr(unraisable.object, "cr_code", None)
+        if (isinstance(unraisable.exc_value, RuntimeError) and str(unraisable.exc_value) == "Event loop is closed"
+                or code is not None and f"{os.sep}orbax{os.sep}" in code.co_filename):
+            return
+        previous(unraisable)
+    hook._hushes_orbax = True
+    sys.unraisablehook = hook
+
+
 class Checkpoints:
     """orbax CheckpointManager plus a fingerprint and checksums, so a run resumes only its own, intact state."""
 
@@ -95,6 +114,7 @@ class Checkpoints:
 
     def restore(self, abstract_state) -> tuple[int, Any]:
         """(step, state) of the latest intact checkpoint, or (0, None) to start afresh."""
+        _hush_closed_event_loops()
         steps = sorted(self.manager.all_steps(), reverse=True)
         for i, step in enumerate(steps):
             try:
@@ -108,8 +128,23 @@ class Checkpoints:
             if problem is None:
                 return step, state
             earlier = f"falling back to step {steps[i + 1]}" if i + 1 < len(steps) else "starting afresh"
-            _note(f"checkpoint step {step} in {self.dir} is damaged: {problem}; {earlier}")
+            aside = self.set_aside(step)
+            _note(f"checkpoint step {step} in {self.dir} is damaged: {problem}; {earlier} (moved to {aside})")
         return 0, None
+
+    def set_aside(self, step: int) -> pathlib.Path:
+        """Move a damaged step out of orbax's folder, so training can save that step again (orbax
+        refuses to overwrite one) and nothing later mistakes it for the latest; kept, not deleted."""
+        aside = self.dir.parent / "damaged" / str(step)
+        if is_writer():
+            if aside.exists():
+                shutil.rmtree(aside)
+            aside.parent.mkdir(parents=True, exist_ok=True)
+            shutil.move(str(self.dir / str(step)), str(aside))
+            self.sums.pop(str(step), None)
+        barrier(f"checkpoint {self.dir} set aside {step}")
+        self.manager.reload()
+        return aside
 
     def due(self, step: int, *, since: int | None = None) -> bool:
         """Whether the state after `step` is to be saved: on the interval, or on a preemption.

@@ -47,7 +47,7 @@ def run(ctx) -> Result:
     print(f"world (seed {args.world_seed}): {len(world.people)} people in {len(world.cities)} cities, "
           f"{len(world.train_text):,} training and {len(world.val_text):,} validation characters", flush=True)
     record = row_cache.train_row(ROW, config, tc, task, preset=ctx.preset, seeds=seeds, folder=ctx.folder,
-                                 fresh=args.fresh, progress=ctx.progress)
+                                 fresh=args.fresh, progress=ctx.progress, reopen=True)
     engine, state = row_cache.restore_state(record, ctx.folder)      # fresh or cached, always from the checkpoint
     models = [engine.model(state, i) for i in range(len(seeds))]
     model = models[0]

@@ -47,7 +47,7 @@ def run(ctx) -> Result:
         sp = splits[task_name]
         task = make_task(sp, seeds, tc.batch_size)
         r = row_cache.train_row(name, cfg, tc, task, preset=ctx.preset, seeds=seeds, folder=ctx.folder,
-                                fresh=args.fresh, progress=ctx.progress,
+                                fresh=args.fresh, progress=ctx.progress, reopen=name == "clean_two_blocks",
                                 measures={"by_adjective": by_adjective(sp, seeds)})
         for figure in r["final"]:
             r[figure], _, r[f"{figure}_seeds"] = row_cache.summary(r, figure)
