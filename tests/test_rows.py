@@ -98,7 +98,7 @@ def test_a_finished_row_whose_checkpoint_is_gone_is_retrained_alone_when_reopene
     assert rows.load_model(retrained, folder) is not None and again(reopen=True)["cached"]
 
 
-@pytest.mark.parametrize("damage", ["truncate", "not_json", "foreign"])
+@pytest.mark.parametrize("damage", ["truncate", "not_json", "foreign", "figure_changed"])
 def test_a_damaged_or_foreign_record_is_retrained_saying_why(tmp_path, damage):
     first, _ = train(tmp_path)
     path = tmp_path / "ladder" / "rows" / f"{first['key']}.json"
@@ -107,11 +107,33 @@ def test_a_damaged_or_foreign_record_is_retrained_saying_why(tmp_path, damage):
         path.write_text(text[: len(text) // 2])
     elif damage == "not_json":
         path.write_bytes(b"\xff\xfe binary \x00")
-    else:
+    elif damage == "foreign":
         foreign = json.loads(text)
         foreign["config"]["d_model"] = 64
         path.write_text(json.dumps(foreign))
+    else:                      # still valid JSON, the same row, one figure off: the digest catches it
+        changed = json.loads(text)
+        changed["final"]["val_ppl"][0] /= 10
+        path.write_text(json.dumps(changed))
     again, err = train(tmp_path)
     assert "damaged or belongs to another row; training it again" in err and str(path) in err
     assert not again["cached"]
     assert (again["train_ppl"], again["val_ppl"]) == (first["train_ppl"], first["val_ppl"])   # resumed, not guessed
+
+
+def test_a_record_written_before_digests_is_still_trusted(trained, tmp_path):
+    """Records from before 2026-12-01 carry no digest: served as before (their checks still apply)."""
+    import shutil
+    out, record = trained
+    folder = tmp_path / "ladder"
+    shutil.copytree(out / "ladder", folder)
+    path = folder / "rows" / f"{record['key']}.json"
+    data = json.loads(path.read_text())
+    assert len(data.pop("digest")) == 64
+    path.write_text(json.dumps(data))
+    train_split, val = splits()
+    cfg, tc = by_name(LADDER, ROW).config, ladder.PRESETS["smoke"]
+    task = text_task(train_split, val, batch_size=tc.batch_size, context=cfg.context,
+                     train_eval_windows=tc.train_eval_windows)
+    again = rows.train_row(ROW, cfg, tc, task, preset="smoke", seeds=[0], folder=folder, progress=False)
+    assert again["cached"] and again["final"] == record["final"] and "digest" not in again
