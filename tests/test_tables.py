@@ -42,6 +42,7 @@ def test_a_table_trains_on_your_own_text(tmp_path):
 
 @pytest.mark.parametrize("content, expect", [
     (None, "no such file"),
+    ("folder", "a folder, not a file"),
     (b"", "the file is empty"),
     (b"\x7fELF\x02\x01\x01\x00\x00\x00binary", "binary file"),
     ("caf\xe9 latin-1 text".encode("latin-1"), "not UTF-8 text"),
@@ -49,7 +50,9 @@ def test_a_table_trains_on_your_own_text(tmp_path):
 ])
 def test_a_file_that_cannot_be_a_corpus_is_one_line_and_exit_2(tmp_path, content, expect):
     path = tmp_path / "corpus.txt"
-    if content is not None:
+    if content == "folder":
+        path.mkdir()
+    elif content is not None:
         path.write_bytes(content)
     code, out, err = run(tmp_path, "--corpus", str(path), "--rows", "no_context")
     assert code == 2 and len(err.strip().splitlines()) == 1, err
