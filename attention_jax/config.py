@@ -27,6 +27,20 @@ ATTENTIONS = ("auto", "reference", "chunked", "fused")
 DTYPES = ("float32", "bfloat16")   # compute dtype; parameters and optimizer state stay float32
 
 
+def _whole_numbers(config, names) -> None:
+    """Integral values (a NumPy sweep's np.int64, say) stored as plain int, so configs compare,
+    hash and serialise alike; bools and floats are left for the checks to refuse."""
+    for name in names:
+        value = getattr(config, name)
+        if isinstance(value, numbers.Integral) and not isinstance(value, bool) and type(value) is not int:
+            object.__setattr__(config, name, int(value))
+
+
+def _whole(value) -> bool:
+    """A positive whole number, not a bool (True is an int to Python, never a layer count)."""
+    return isinstance(value, int) and not isinstance(value, bool) and value > 0
+
+
 def _finite(value) -> bool:
     """A finite real number. nan compares False with everything, so `nan <= 0` would let it
     through a range check, and inf passes `> 0`; a bool is an int to Python but never a
@@ -70,14 +84,19 @@ class ModelConfig:
             if not ok:
                 raise ConfigError(f"invalid ModelConfig: {msg}")
 
+        _whole_numbers(self, ("vocab_size", "context", "max_positions", "d_model", "n_layers", "n_heads", "d_head",
+                              "ff_mult", "attention_chunk"))
+        # A switch must be a bool: the string "false" from a config file is truthy and would
+        # leave LayerNorm on while saying it is off.
+        for name in ("residual", "feed_forward", "layer_norm", "scale", "tie_embeddings", "bias", "qkv_bias"):
+            need(isinstance(getattr(self, name), bool), f"{name}={getattr(self, name)!r} must be True or False")
         need(self.mixer in MIXERS, f"mixer={self.mixer!r}; choose one of {', '.join(MIXERS)}")
         need(self.positions in POSITIONS, f"positions={self.positions!r}; choose one of {', '.join(POSITIONS)}")
         need(self.norm in NORMS, f"norm={self.norm!r}; choose 'pre' or 'post'")
         need(self.init in INITS, f"init={self.init!r}; choose 'torch' or 'gpt2'")
         for name in ("vocab_size", "context", "d_model", "n_layers", "n_heads", "ff_mult"):
-            need(isinstance(getattr(self, name), int) and getattr(self, name) > 0,
-                 f"{name}={getattr(self, name)!r} must be a positive integer")
-        need(self.max_positions is None or (isinstance(self.max_positions, int) and self.max_positions > 0),
+            need(_whole(getattr(self, name)), f"{name}={getattr(self, name)!r} must be a positive integer")
+        need(self.max_positions is None or _whole(self.max_positions),
              f"max_positions={self.max_positions!r} must be a positive integer (or None for context)")
         need(_finite(self.dropout) and 0.0 <= self.dropout < 1.0,
              f"dropout={self.dropout!r} must be a number in [0, 1) (the probability of dropping)")
@@ -92,8 +111,7 @@ class ModelConfig:
             need(self.d_model % self.n_heads == 0,
                  f"d_model={self.d_model} is not divisible by n_heads={self.n_heads}; "
                  "pick a multiple or set d_head")
-        need(self.d_head is None or (isinstance(self.d_head, int) and self.d_head > 0),
-             f"d_head={self.d_head!r} must be a positive integer")
+        need(self.d_head is None or _whole(self.d_head), f"d_head={self.d_head!r} must be a positive integer")
         if self.positions == "rope":
             need(self.mixer in ("head", "heads"), "positions='rope' rotates queries and keys; it needs mixer 'head' or 'heads'")
             need(self.head_dim % 2 == 0, f"positions='rope' needs an even d_head, got {self.head_dim}")
@@ -104,8 +122,7 @@ class ModelConfig:
                  f"max_positions={self.max_positions} is smaller than context={self.context}")
         need(self.attention in ATTENTIONS, f"attention={self.attention!r}; choose one of {', '.join(ATTENTIONS)}")
         need(self.dtype in DTYPES, f"dtype={self.dtype!r}; choose one of {', '.join(DTYPES)}")
-        need(isinstance(self.attention_chunk, int) and self.attention_chunk > 0,
-             f"attention_chunk={self.attention_chunk!r} must be a positive integer")
+        need(_whole(self.attention_chunk), f"attention_chunk={self.attention_chunk!r} must be a positive integer")
         if self.attention == "chunked":
             need(self.positions != "alibi", "attention='chunked' adds no bias to its scores, so it cannot do "
                  "positions='alibi'; use attention='reference' or 'fused'")
@@ -172,12 +189,13 @@ class TrainConfig:
         for name, usual in (("b1", 0.9), ("b2", 0.999)):
             value = getattr(self, name)
             need(_finite(value) and 0 <= value < 1, f"{name}={value!r} must be a number in [0, 1) (usually {usual})")
-        for name in ("steps", "batch_size", "log_every", "checkpoint_every", "train_eval_windows", "eval_batch"):
-            if getattr(self, name) <= 0:
-                raise ConfigError(f"invalid TrainConfig: {name}={getattr(self, name)} must be positive")
+        counts = ("steps", "batch_size", "log_every", "checkpoint_every", "train_eval_windows", "eval_batch")
+        _whole_numbers(self, counts + ("warmup_steps", "eval_every"))
+        for name in counts:
+            need(_whole(getattr(self, name)), f"{name}={getattr(self, name)!r} must be a positive integer")
         for name in ("warmup_steps", "eval_every"):
-            if getattr(self, name) < 0:
-                raise ConfigError(f"invalid TrainConfig: {name}={getattr(self, name)} must be >= 0")
+            value = getattr(self, name)
+            need(value == 0 or _whole(value), f"{name}={value!r} must be a whole number >= 0")
         if self.schedule not in ("constant", "cosine"):
             raise ConfigError(f"invalid TrainConfig: schedule={self.schedule!r}; choose 'constant' or 'cosine'")
         if not (_finite(self.min_lr_ratio) and 0 <= self.min_lr_ratio <= 1):

@@ -46,6 +46,11 @@ def attention_scores(q: jax.Array, k: jax.Array, *, scale: bool = True) -> jax.A
     or not they are scaled (and an integer product cannot overflow).
     """
     q, k = _floating(q), _floating(k)
+    if jnp.result_type(q, k) == jnp.float16:
+        # float16 tops out at 65,504: q·k can pass it where q·k/√d fits, so the product is
+        # taken and scaled in float32 and only the score comes back in float16.
+        scores = jnp.einsum("...TD,...SD->...TS", q, k, preferred_element_type=jnp.float32)
+        return (scores / math.sqrt(q.shape[-1]) if scale else scores).astype(jnp.float16)
     scores = jnp.einsum("...TD,...SD->...TS", q, k)
     if scale:
         scores = scores / jnp.sqrt(jnp.asarray(q.shape[-1], scores.dtype))
@@ -79,11 +84,14 @@ def attention_weights(q, k, *, mask=None, bias=None, scale: bool = True) -> jax.
     """Softmax(q·kᵀ/√d + bias) with `mask` applied after the bias (ALiBi adds a bias).
 
     Float weights always: integer/bool q and k are promoted to float32 (`attention_scores`).
+    The weights keep the scores' dtype: a float32 bias (ALiBi's) is added in float32, and
+    half-precision scores are normalised in float32 anyway (`masked_softmax`).
     """
     scores = attention_scores(q, k, scale=scale)
+    dtype = scores.dtype
     if bias is not None:
         scores = scores + bias
-    return masked_softmax(scores, mask)
+    return masked_softmax(scores, mask).astype(dtype)
 
 
 def attention(q, k, v, *, mask=None, bias=None, scale: bool = True, return_weights: bool = False):
@@ -135,6 +143,8 @@ def fused_attention(q, k, v, *, bias=None, causal: bool = True, scale: bool = Tr
     needs float16/bfloat16 on a GPU; with `implementation=None` JAX picks it when it can.
     """
     q, k, v = _floating(q), _floating(k), _floating(v)
+    common = jnp.result_type(q, k, v)            # the fused kernel wants one dtype for all three
+    q, k, v = q.astype(common), k.astype(common), v.astype(common)
     lead = q.shape[:-3]
     to_bthd = lambda x: jnp.swapaxes(x.reshape((-1,) + x.shape[-3:]), -3, -2)   # [B, T, H, D]
     b = None if bias is None else jnp.broadcast_to(bias, (q.shape[-3], q.shape[-2], k.shape[-2]))[None]
@@ -172,10 +182,12 @@ def softmax_jacobian(scores: jax.Array, mask: jax.Array | None = None) -> jax.Ar
 
 def sinusoidal_positions(n: int, d: int, *, base: float = 10000.0) -> jax.Array:
     """Vaswani et al.: PE[p, 2i] = sin(p / base^(2i/d)), PE[p, 2i+1] = cos(same)."""
+    if n < 0 or d < 0:
+        raise ValueError(f"sinusoidal_positions needs n >= 0 positions and d >= 0 features, got n={n}, d={d}")
     pos = jnp.arange(n, dtype=jnp.float32)[:, None]
-    inv_freq = base ** (-jnp.arange(0, d, 2, dtype=jnp.float32) / d)
+    inv_freq = base ** (-jnp.arange(0, d, 2, dtype=jnp.float32) / max(d, 1))
     angles = pos * inv_freq                                   # [n, ceil(d/2)]
-    pe = jnp.stack([jnp.sin(angles), jnp.cos(angles)], axis=-1).reshape(n, -1)
+    pe = jnp.stack([jnp.sin(angles), jnp.cos(angles)], axis=-1).reshape(n, 2 * angles.shape[-1])
     return pe[:, :d]
 
 
@@ -185,6 +197,7 @@ def apply_rope(x: jax.Array, positions: jax.Array | None = None, *, base: float 
     Rotating q and k by the same rule makes q_t·k_i depend on t - i only, and a
     rotation keeps every vector's norm.
     """
+    x = _floating(x)                        # integer features rotated and cast back would be truncated
     n, d = x.shape[-2], x.shape[-1]
     if d % 2:
         raise ValueError(f"apply_rope needs an even feature size, got {d}")
@@ -205,6 +218,9 @@ def alibi_slopes(n_heads: int) -> jax.Array:
     For a head count that is not a power of two, take the slopes of the nearest lower
     power of two and fill up with every other slope of the next power, as the paper does.
     """
+    if n_heads < 1:
+        raise ValueError(f"alibi_slopes needs at least one head, got n_heads={n_heads}")
+
     def power_of_two(n):
         start = 2.0 ** (-8.0 / n)
         return [start ** (i + 1) for i in range(n)]
@@ -229,8 +245,10 @@ def alibi_bias(n_heads: int, n: int) -> jax.Array:
 # --- per-position layers ---------------------------------------------------------------
 
 def dense(x: jax.Array, kernel: jax.Array, bias: jax.Array | None = None) -> jax.Array:
-    """x·W (+ b) on the last axis, every projection; backward by hand (attention_jax.kernels)."""
-    return _fast_dense(x, kernel, bias)
+    """x·W (+ b) on the last axis, every projection; backward by hand (attention_jax.kernels).
+
+    Integer/bool inputs are promoted to float32 (an integer product would be truncated)."""
+    return _fast_dense(_floating(x), _floating(kernel), None if bias is None else _floating(bias))
 
 
 def layer_norm(x: jax.Array, scale: jax.Array, bias: jax.Array | None, eps: float = 1e-5) -> jax.Array:

@@ -141,9 +141,18 @@ def run_with_cache(model: LanguageModel, tokens, names: str | Iterable[str] | No
 
 @contextlib.contextmanager
 def patched(model, patches: Mapping[str, Callable]):
-    """Replace hook points' values by fn(value) inside the block: {"blocks.0.mixer.z": fn, ...}."""
-    paths = _hook_paths(model, list(patches))
-    with replaced(model, {paths[name]: Patch(fn, select(model, paths[name])) for name, fn in patches.items()}):
+    """Replace hook points' values by fn(value) inside the block: {"blocks.0.mixer.z": fn, ...}.
+
+    Names are fnmatch patterns, as in `run_with_cache`: {"blocks.*.mixer.z": fn} patches every
+    block. A hook point matched by two patterns is refused (which fn would win is unclear)."""
+    chosen = {}
+    for pattern, fn in patches.items():
+        for name, path in _hook_paths(model, [pattern]).items():
+            if name in chosen:
+                raise ConfigError(f"hook point {name!r} is matched by two patches ({chosen[name][2]!r} and "
+                                  f"{pattern!r}); give it one")
+            chosen[name] = (path, fn, pattern)
+    with replaced(model, {path: Patch(fn, select(model, path)) for path, fn, _ in chosen.values()}):
         yield model
 
 
@@ -164,13 +173,24 @@ def ablate(model: LanguageModel, *, mixer: Iterable[int] = (), feed_forward: Ite
     stays, as it belongs to no head); positions: the position vectors added to the tokens
     are zeroed; bidirectional: every attention sees the whole window, the future included.
     """
-    parts = {f"blocks.{i}.mixer": None for i in mixer}
+    removed = {f"blocks.{i}.mixer" for i in mixer}
+    parts = dict.fromkeys(removed)
     parts.update({f"blocks.{i}.ffn": None for i in feed_forward})
+    n = model.config.num_heads      # zeroing an index past the last head would silently do nothing
+    for block, chosen in (heads or {}).items():
+        bad = [h for h in chosen if not -n <= h < n]
+        if bad:
+            raise ConfigError(f"ablate(heads={{{block}: {sorted(chosen)}}}): block {block} has {n} head(s); "
+                              f"head {bad[0]} does not exist (heads are 0 .. {n - 1})")
     patches = {f"blocks.{i}.mixer.z": _zero_heads(sorted(h)) for i, h in (heads or {}).items()}
     if positions:
+        if model.config.positions not in ("learned", "sinusoidal"):
+            raise ConfigError(f"ablate(positions=True) zeroes the position vectors added to the tokens; this "
+                              f"model's positions={model.config.positions!r} adds none (RoPE rotates q and k, ALiBi "
+                              "biases the scores): compare with a model trained without them instead")
         patches["positions"] = jnp.zeros_like
-    if bidirectional:
-        parts.update({f"{p}.mask": Bidirectional() for p in _attention_paths(model)})
+    if bidirectional:   # the masks of attention that is kept (a removed mixer has none to swap)
+        parts.update({f"{p}.mask": Bidirectional() for p in _attention_paths(model) if p not in removed})
     with replaced(model, parts), patched(model, patches):
         yield model
 

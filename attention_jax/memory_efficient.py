@@ -33,6 +33,9 @@ def memory_efficient_attention(q, k, v, *, causal: bool = True, chunk_size: int 
     precision stays half); integer/bool inputs are promoted to float32 rather than the
     result truncated back to integers, as everywhere in `attention_jax.functional`.
     """
+    if chunk_size < 1 or (query_chunk_size is not None and query_chunk_size < 1):
+        raise ValueError(f"memory_efficient_attention needs chunks of at least one position, got "
+                         f"chunk_size={chunk_size}, query_chunk_size={query_chunk_size}")
     lead = jnp.broadcast_shapes(q.shape[:-2], k.shape[:-2], v.shape[:-2])
     n_q, d = q.shape[-2:]
     n_k = k.shape[-2]

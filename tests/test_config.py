@@ -217,3 +217,23 @@ def test_an_attention_backend_that_cannot_do_a_config_is_refused_at_construction
     with pytest.raises(ConfigError) as info:
         ModelConfig(**change)
     assert needle in str(info.value) and "\n" not in str(info.value)
+
+
+# --- types (found by an API audit) -------------------------------------------------------------
+
+@pytest.mark.parametrize("field, value", [("layer_norm", "false"), ("residual", 0), ("scale", "no"),
+                                          ("n_layers", True), ("n_heads", 4.0), ("context", "128")])
+def test_switches_must_be_bools_and_counts_whole_numbers(field, value):
+    with pytest.raises(ConfigError, match=f"{field}=") as err:
+        ModelConfig(**{field: value})
+    assert "\n" not in str(err.value)
+
+
+def test_numpy_integers_from_a_sweep_are_stored_as_ints():
+    import numpy as np
+    cfg = ModelConfig(n_heads=np.int64(4), d_model=np.int32(64))
+    assert type(cfg.n_heads) is int and type(cfg.d_model) is int and cfg == ModelConfig(n_heads=4, d_model=64)
+    assert type(TrainConfig(steps=np.int64(7)).steps) is int
+    for field, value in (("steps", 2.5), ("eval_every", True), ("warmup_steps", -1)):
+        with pytest.raises(ConfigError, match=f"{field}="):
+            TrainConfig(**{field: value})

@@ -389,3 +389,47 @@ def test_layer_norm_keeps_half_precision_dtype(rng):
 
 def test_memory_efficient_attention_is_part_of_the_functional_api():
     assert F.memory_efficient_attention is memory_efficient_attention
+
+
+# --- dtypes at the edges (found by an API audit) ---------------------------------------------
+
+def test_dense_and_rope_promote_integer_inputs_rather_than_truncate():
+    np.testing.assert_allclose(np.asarray(F.dense(jnp.array([[1, 0, 2]]), jnp.full((3, 2), 0.4))), [[1.2, 1.2]],
+                               rtol=1e-6)
+    x = jnp.arange(12).reshape(1, 3, 4)
+    rotated = F.apply_rope(x)
+    assert rotated.dtype == jnp.float32
+    np.testing.assert_allclose(np.asarray(rotated), np.asarray(F.apply_rope(x.astype(jnp.float32))))
+
+
+def test_float16_scores_are_taken_in_float32_where_the_product_overflows():
+    """q·k of 157k passes float16's 65,504 though q·k/√d (~20k) fits: the scores stay finite."""
+    q = (jax.random.normal(jax.random.key(0), (1, 2, 7, 64)) * 40).astype(jnp.float16)
+    assert float(jnp.max(jnp.abs(jnp.einsum("...td,...sd->...ts", q.astype(jnp.float32), q.astype(jnp.float32))))) > 65504
+    out = F.attention(q, q, q, mask=F.causal_mask(7))
+    half, _ = F.causal_attention(q, q, q)
+    assert out.dtype == half.dtype == jnp.float16
+    assert bool(jnp.isfinite(out).all()) and bool(jnp.isfinite(half).all())
+    want = memory_efficient_attention(q, q, q, causal=True)          # float32 inside
+    np.testing.assert_allclose(np.asarray(out, np.float32), np.asarray(want, np.float32), atol=2e-2, rtol=2e-2)
+
+
+@pytest.mark.parametrize("dtype", [jnp.bfloat16, jnp.float16])
+def test_half_precision_attention_with_a_float32_bias_stays_half(dtype):
+    q = jax.random.normal(jax.random.key(1), (1, 2, 5, 8)).astype(dtype)
+    bias = F.alibi_bias(2, 5)
+    assert bias.dtype == jnp.float32
+    assert F.attention(q, q, q, mask=F.causal_mask(5), bias=bias).dtype == dtype
+    assert F.causal_attention(q, q, q, bias=bias)[0].dtype == dtype
+    assert F.attention_weights(q, q, mask=F.causal_mask(5), bias=bias).dtype == dtype
+
+
+def test_edge_sizes_are_answered_or_refused_in_words():
+    assert F.sinusoidal_positions(0, 4).shape == (0, 4) and F.sinusoidal_positions(3, 0).shape == (3, 0)
+    with pytest.raises(ValueError, match="at least one head"):
+        F.alibi_slopes(0)
+    with pytest.raises(ValueError, match="chunks of at least one position"):
+        memory_efficient_attention(jnp.ones((4, 2)), jnp.ones((4, 2)), jnp.ones((4, 2)), chunk_size=0)
+    mixed = F.fused_attention(jnp.ones((1, 2, 4, 8), jnp.int32), jnp.ones((1, 2, 4, 8), jnp.float16),
+                              jnp.ones((1, 2, 4, 8), jnp.float16))
+    assert mixed.dtype == jnp.float32          # one common dtype for the fused kernel

@@ -13,7 +13,7 @@ from attention_jax import functional as F
 from attention_jax.config import GPT2_SMALL, ModelConfig
 from attention_jax.errors import ConfigError, DataError
 from attention_jax.inspect import (ablate, capture_attention, count_params, head_weights, hook_names,
-                                   param_breakdown, run_with_cache)
+                                   param_breakdown, patched, run_with_cache)
 from attention_jax.model import Block, LanguageModel
 
 # The chapter's ladder: vocab 1024, d_model 128, each rung adds one thing to the one before.
@@ -302,3 +302,47 @@ def test_token_ids_outside_the_vocabulary_are_refused_at_the_door(bad):
     with pytest.raises(DataError) as info:
         model(tokens().at[0, 3].set(bad))
     assert f"token id {bad} is outside the vocabulary [0, 50)" in str(info.value)
+
+
+# --- asking for what is not there (found by an API audit) -------------------------------------
+
+def test_ablating_a_head_that_does_not_exist_is_refused_not_ignored():
+    model = LanguageModel(TINY, rngs=nnx.Rngs(0))
+    with pytest.raises(ConfigError, match="block 0 has 4 head"):
+        with ablate(model, heads={0: [7]}):
+            pass
+    with ablate(model, heads={0: [-1]}):           # Python's negative index: the last head
+        last = model(tokens())
+    with ablate(model, heads={0: [3]}):
+        np.testing.assert_array_equal(np.asarray(model(tokens())), np.asarray(last))
+
+
+@pytest.mark.parametrize("positions", ["rope", "alibi", "none"])
+def test_ablating_positions_a_model_does_not_add_is_refused(positions):
+    model = LanguageModel(dataclasses.replace(TINY, positions=positions), rngs=nnx.Rngs(0))
+    with pytest.raises(ConfigError, match=f"positions='{positions}' adds none"):
+        with ablate(model, positions=True):
+            pass
+
+
+def test_a_patch_by_pattern_patches_every_match_and_two_patterns_on_one_point_are_refused():
+    model = LanguageModel(TINY, rngs=nnx.Rngs(0))
+    with patched(model, {"blocks.*.mixer.z": jnp.zeros_like}):
+        by_pattern = model(tokens())
+    with ablate(model, heads={0: range(4), 1: range(4)}):
+        np.testing.assert_array_equal(np.asarray(by_pattern), np.asarray(model(tokens())))
+    with pytest.raises(ConfigError, match="matched by two patches"):
+        with patched(model, {"blocks.*.mixer.z": jnp.zeros_like, "blocks.0.mixer.z": jnp.ones_like}):
+            pass
+
+
+def test_removing_a_mixer_and_seeing_both_ways_combine():
+    model = LanguageModel(TINY, rngs=nnx.Rngs(0))
+    plain = model(tokens())
+    with ablate(model, mixer=[0], bidirectional=True):
+        both = model(tokens())
+    with ablate(model, mixer=[0]):
+        with ablate(model, bidirectional=True):
+            nested = model(tokens())
+    np.testing.assert_array_equal(np.asarray(both), np.asarray(nested))
+    np.testing.assert_array_equal(np.asarray(model(tokens())), np.asarray(plain))       # restored
