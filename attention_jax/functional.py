@@ -119,6 +119,9 @@ def causal_attention(q, k, v, *, bias=None, scale: bool = True, dropout=None, re
     """
     q, k, v = _floating(q), _floating(k), _floating(v)
     T = q.shape[-2]
+    if k.shape[-2] != T or v.shape[-2] != T:
+        raise ValueError(f"causal_attention is self-attention over one window: {T} queries need {T} keys and "
+                         f"values, got {k.shape[-2]} and {v.shape[-2]}; use attention(q, k, v, mask=...) otherwise")
     mask, h = causal_mask(T), T // 2
     halves = [(slice(0, h), slice(0, h)), (slice(h, T), slice(0, T))] if h else [(slice(0, T),) * 2]
     weights, outs = [], []

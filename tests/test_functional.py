@@ -430,6 +430,9 @@ def test_edge_sizes_are_answered_or_refused_in_words():
         F.alibi_slopes(0)
     with pytest.raises(ValueError, match="chunks of at least one position"):
         memory_efficient_attention(jnp.ones((4, 2)), jnp.ones((4, 2)), jnp.ones((4, 2)), chunk_size=0)
+    for keys in (3, 5):           # causal self-attention over one window: as many keys as queries
+        with pytest.raises(ValueError, match="4 queries need 4 keys"):
+            F.causal_attention(jnp.ones((4, 2)), jnp.ones((keys, 2)), jnp.ones((keys, 2)))
     mixed = F.fused_attention(jnp.ones((1, 2, 4, 8), jnp.int32), jnp.ones((1, 2, 4, 8), jnp.float16),
                               jnp.ones((1, 2, 4, 8), jnp.float16))
     assert mixed.dtype == jnp.float32          # one common dtype for the fused kernel
