@@ -241,8 +241,8 @@ class FakePreemption:
         self.asked.append(step)
         return step == self.at
 
-    def should_save(self, step):
-        return self.reached_preemption(step) or step % 4 == 0
+    def latest_step(self):
+        return None
 
 
 def test_checkpoints_are_due_on_the_interval_and_on_a_preemption_inside_a_call(tmp_path):
@@ -255,6 +255,8 @@ def test_checkpoints_are_due_on_the_interval_and_on_a_preemption_inside_a_call(t
     assert not ckpt.due(3, since=1) and ckpt.manager.asked == [1, 2, 3]
     assert ckpt.due(7, since=4) and ckpt.manager.asked[3:] == [4, 5, 6, 7]   # every step, in order
     assert not ckpt.due(10, since=8)
+    ckpt.manager = FakePreemption(at=8)       # a notice met on an interval step still stops the run
+    assert ckpt.due(8, since=5) and ckpt.preempted
 
 
 def test_several_steps_per_call_resume_bit_for_bit(tmp_path, monkeypatch, engine12):

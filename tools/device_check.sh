@@ -22,10 +22,9 @@ if [ "${1:-}" = "prepare" ]; then
   mkdir -p .devdata .whl
   data="${ATTENTION_JAX_DATA:-../shared/data}"
   cp "$data/tinyshakespeare.txt" .devdata/ || { echo "error: no tinyshakespeare.txt in $data: set ATTENTION_JAX_DATA"; exit 2; }
-  # flax 0.12.8 and orbax-checkpoint 0.12.8 are pure Python; the device image's own may be older
-  # than this project needs (orbax is installed there only when it is older than 0.11.1).
+  # flax 0.12.8 is pure Python; the device image's own flax may be older than this project needs.
   python3 -m pip download -q --no-deps --only-binary=:all: --python-version 3.12 --implementation cp \
-    --platform manylinux_2_17_x86_64 --platform any -d .whl "flax==0.12.8" "orbax-checkpoint==0.12.8" || exit 2
+    --platform manylinux_2_17_x86_64 --platform any -d .whl "flax==0.12.8" || exit 2
   du -sh .devdata .whl
   exit 0
 fi
@@ -33,17 +32,8 @@ fi
 PRESET="${PRESET:-paper}"
 OUT="${OUT:-$(mktemp -d)}"
 RESULTS="$(mktemp -d)"
-if ls .whl/flax-*.whl >/dev/null 2>&1; then
-  wheels=(.whl/flax-*.whl)
-  python3 - <<'PY' || wheels+=(.whl/orbax_checkpoint-*.whl)
-import importlib.metadata as m, sys
-try:
-    v = tuple(int(x) for x in m.version("orbax-checkpoint").split(".")[:3])
-except Exception:
-    sys.exit(1)
-sys.exit(0 if v >= (0, 11, 1) else 1)
-PY
-  python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/site "${wheels[@]}" \
+if ls .whl/*.whl >/dev/null 2>&1; then
+  python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/site .whl/*.whl \
     && export PYTHONPATH=/tmp/site
 fi
 export PYTHONPATH="${PYTHONPATH:+$PYTHONPATH:}$PWD" PYTHONUNBUFFERED=1

@@ -19,7 +19,7 @@ import sys
 import tempfile
 from typing import Mapping, Sequence
 
-from attention_jax.errors import STOP, ConfigError, Preempted, UserError
+from attention_jax.errors import STOP, ConfigError, Preempted, UserError, hush_unraisable
 
 EXIT_USER_ERROR, EXIT_INTERRUPTED = 2, 130
 SMOKE_NOTE = ("smoke preset: a plumbing check of a few steps; its figures and claims mean nothing at this "
@@ -183,16 +183,14 @@ def catch_interrupts() -> None:
         STOP.set()
         raise KeyboardInterrupt
     signal.signal(signal.SIGINT, handler)
-    previous = sys.unraisablehook
+    # An interrupt that lands in a callback Python cannot raise from (a weakref's, during
+    # garbage collection) is printed as "Exception ignored" with a traceback; the note above
+    # already holds it, so the loop stops anyway: nothing to print.
+    hush_unraisable(_interrupt_echo)
 
-    def quiet(unraisable):
-        # An interrupt that lands in a callback Python cannot raise from (a weakref's, during
-        # garbage collection) is printed as "Exception ignored" with a traceback; the note
-        # above already holds it, so the loop stops anyway: nothing to print.
-        if isinstance(unraisable.exc_value, KeyboardInterrupt) and STOP.is_set():
-            return
-        previous(unraisable)
-    sys.unraisablehook = quiet
+
+def _interrupt_echo(unraisable) -> bool:
+    return isinstance(unraisable.exc_value, KeyboardInterrupt) and STOP.is_set()
 
 
 def join_processes(args) -> None:

@@ -26,7 +26,7 @@ import jax.numpy as jnp
 import numpy as np
 import orbax.checkpoint as ocp
 
-from attention_jax.errors import CheckpointError
+from attention_jax.errors import CheckpointError, hush_unraisable
 from attention_jax.train.distributed import barrier, is_writer, to_host
 
 KEEP = 2   # the latest step and one to fall back to
@@ -54,23 +54,13 @@ def _note(message: str) -> None:
     print(f"note: {message}", file=sys.stderr, flush=True)
 
 
-def _hush_closed_event_loops() -> None:
+def _orbax_echo(unraisable) -> bool:
     """When orbax gives up on damaged bytes, its reads still running in TensorStore's threads end
     later, each printed by Python as "Exception ignored": "Event loop is closed", and the read
-    error again from its abandoned coroutine. The damage is reported once, in our own note; those
-    echoes of it are dropped (every other unraisable error is printed as before)."""
-    if getattr(sys.unraisablehook, "_hushes_orbax", False):
-        return
-    previous = sys.unraisablehook
-
-    def hook(unraisable):
-        code = getattr(unraisable.object, "cr_code", None)
-        if (isinstance(unraisable.exc_value, RuntimeError) and str(unraisable.exc_value) == "Event loop is closed"
-                or code is not None and f"{os.sep}orbax{os.sep}" in code.co_filename):
-            return
-        previous(unraisable)
-    hook._hushes_orbax = True
-    sys.unraisablehook = hook
+    error again from its abandoned coroutine. The damage is reported once, in our own note."""
+    code = getattr(unraisable.object, "cr_code", None)
+    return (isinstance(unraisable.exc_value, RuntimeError) and str(unraisable.exc_value) == "Event loop is closed"
+            or code is not None and f"{os.sep}orbax{os.sep}" in code.co_filename)
 
 
 class Checkpoints:
@@ -98,14 +88,10 @@ class Checkpoints:
         barrier(f"checkpoints {workdir}")
         sums = _read_json(self.sums_file)
         self.sums = {str(k): v for k, v in sums.items()} if isinstance(sums, dict) else {}
-        # Every `every` steps, and on a preemption notice (JAX's distributed runtime agrees on
-        # the step with the other processes); not orbax's default first-step save as well, so
-        # the steps kept are the same on any number of processes and steps per call. (These
-        # save-decision policies need orbax-checkpoint >= 0.11.1.)
-        policy = ocp.checkpoint_managers.AnySavePolicy([ocp.checkpoint_managers.FixedIntervalPolicy(every),
-                                                        ocp.checkpoint_managers.PreemptionCheckpointingPolicy()])
-        options = ocp.CheckpointManagerOptions(save_decision_policy=policy, max_to_keep=KEEP,
-                                               enable_async_checkpointing=False)
+        # Which steps are saved is `due`'s decision alone (every `every` steps, and a preemption
+        # notice), and `save` always forces: orbax's default policy would also save the first
+        # step of every run, so the steps kept would differ with the steps per call.
+        options = ocp.CheckpointManagerOptions(max_to_keep=KEEP, enable_async_checkpointing=False)
         self.manager = ocp.CheckpointManager(self.dir, options=options)
         # Preemption notices come only through JAX's distributed runtime (on by default when it
         # starts, even for one process); without it nothing but the interval decides.
@@ -114,7 +100,7 @@ class Checkpoints:
 
     def restore(self, abstract_state) -> tuple[int, Any]:
         """(step, state) of the latest intact checkpoint, or (0, None) to start afresh."""
-        _hush_closed_event_loops()
+        hush_unraisable(_orbax_echo)
         steps = sorted(self.manager.all_steps(), reverse=True)
         for i, step in enumerate(steps):
             try:
@@ -151,20 +137,17 @@ class Checkpoints:
 
         `since`: the first step of a multi-step call that ended at `step`. On a preemption
         notice JAX's processes agree to save at the next step any of them reports, so every
-        step in the call is reported, in order; a notice met inside saves the call's end.
-        Ask once per step reached, before `save`.
+        step of the call is reported, in order; a notice met inside saves the call's end (and
+        sets `preempted`, also when that step is on the interval). Ask once per step reached.
         """
-        if not self.preemptible:   # skip orbax's own check, which costs more than a small model's GPU step
-            return step % self.every == 0 and step != self.manager.latest_step()
-        noticed = [self.manager.reached_preemption(s) for s in range(since or step, step)]
-        orbax_says = self.manager.should_save(step)      # the interval, or a notice met at `step` itself
-        self.preempted = any(noticed) or (orbax_says and step % self.every != 0)
-        return orbax_says or any(noticed)
+        interval = step % self.every == 0 and step != self.manager.latest_step()
+        if not self.preemptible:   # nothing to report: orbax's own check costs more than a small GPU step
+            return interval
+        self.preempted = any([self.manager.reached_preemption(s) for s in range(since or step, step + 1)])
+        return interval or self.preempted
 
-    def save(self, step: int, state, *, force: bool = False) -> None:
-        """Save `state` as `step` if `due` (or `force`): orbax, then its checksum (process 0)."""
-        if not force and not self.due(step):
-            return
+    def save(self, step: int, state) -> None:
+        """Save `state` as `step` (whether to is `due`'s to say): orbax, then its checksum (process 0)."""
         if self.manager.save(step, args=ocp.args.StandardSave(state), force=True) and is_writer():
             self.sums = {k: v for k, v in self.sums.items() if int(k) in self.manager.all_steps()}
             self.sums[str(step)] = state_digest(state)

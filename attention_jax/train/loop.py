@@ -164,7 +164,7 @@ def fit(engine: Engine, task: Task, *, seeds: Sequence[int] = (0,), workdir: str
             if due(done):
                 log(evaluate(done))
             if saving:
-                ckpt.save(done, state, force=True)
+                ckpt.save(done, state)
                 if ckpt.preempted:     # the machines are going: stop here, all processes at this step
                     raise Preempted(done)
             bar.update(n)
@@ -172,7 +172,7 @@ def fit(engine: Engine, task: Task, *, seeds: Sequence[int] = (0,), workdir: str
         if ckpt and done > start and ckpt.latest_step() != done:
             try:
                 flush()
-                ckpt.save(done, state, force=True)   # keep what this run has finished
+                ckpt.save(done, state)   # keep what this run has finished
             except Exception:
                 pass                                 # the interrupted step may hold donated buffers
         raise
@@ -183,7 +183,7 @@ def fit(engine: Engine, task: Task, *, seeds: Sequence[int] = (0,), workdir: str
     seconds = time.perf_counter() - t0
     if ckpt:            # the finished state first (its loss is finite): an interrupted evaluation redoes only itself
         if ckpt.latest_step() != tc.steps:
-            ckpt.save(tc.steps, state, force=True)
+            ckpt.save(tc.steps, state)
         ckpt.close()
     final = evaluate(tc.steps)
     log({**final, "seconds": seconds})
