@@ -14,6 +14,7 @@ inputs keep their dtype; half precision is computed in float32 inside where it m
 from __future__ import annotations
 
 import math
+import warnings
 
 import jax
 import jax.numpy as jnp
@@ -137,23 +138,55 @@ def causal_attention(q, k, v, *, bias=None, scale: bool = True, dropout=None, re
     return jnp.concatenate(outs, axis=-2), full
 
 
+def fused_kernel(dtype, head_dim: int, backend: str | None = None) -> str:
+    """The kernel `fused_attention` asks `jax.nn.dot_product_attention` for: "cudnn" or "xla".
+
+    cuDNN's flash attention where it exists: an NVIDIA GPU, float16/bfloat16 operands, a head
+    dimension that is a multiple of 8 up to 128. Anywhere else (a CPU, a TPU, float32) XLA's
+    own attention, which XLA fuses as it compiles. Chosen here because JAX does not:
+    `implementation=None` means XLA's on every backend (jax 0.10: "defaults to XLA for now").
+    """
+    backend = backend or jax.default_backend()
+    half = jnp.dtype(dtype) in (jnp.dtype(jnp.float16), jnp.dtype(jnp.bfloat16))
+    return "cudnn" if backend in ("gpu", "cuda") and half and head_dim % 8 == 0 and head_dim <= 128 else "xla"
+
+
 def fused_attention(q, k, v, *, bias=None, causal: bool = True, scale: bool = True, implementation=None):
-    """`attention` by `jax.nn.dot_product_attention`: XLA's fused kernel, or cuDNN's on a GPU.
+    """`attention` by `jax.nn.dot_product_attention`: cuDNN's flash kernel on a GPU, else XLA's.
 
     Takes our layout [..., H, T, D] (heads before positions) and returns it; the fused
     function wants [B, T, H, D]. `bias` [H or 1, T, S] is added before the causal mask, as
-    in `attention_weights`. Integer inputs are promoted to float32. cuDNN's flash kernel
-    needs float16/bfloat16 on a GPU; with `implementation=None` JAX picks it when it can.
+    in `attention_weights`. Integer inputs are promoted to float32. `implementation=None`:
+    `fused_kernel` chooses; should cuDNN then refuse the call as JAX traces it (a cuDNN too
+    old, a GPU without it, a shape it does not take), XLA's kernel computes it instead, with
+    a warning naming the reason. "cudnn" or "xla" asks for that kernel alone.
     """
     q, k, v = _floating(q), _floating(k), _floating(v)
     common = jnp.result_type(q, k, v)            # the fused kernel wants one dtype for all three
     q, k, v = q.astype(common), k.astype(common), v.astype(common)
+    kernel = implementation or fused_kernel(common, q.shape[-1])
+    if kernel == "xla" and common == jnp.float16 and jax.default_backend() == "cpu":
+        # XLA's CPU backend has no float16 product with a float32 result, which JAX's attention asks for
+        up = lambda x: x.astype(jnp.float32)
+        return fused_attention(up(q), up(k), up(v), bias=bias, causal=causal, scale=scale,
+                               implementation="xla").astype(jnp.float16)
     lead = q.shape[:-3]
     to_bthd = lambda x: jnp.swapaxes(x.reshape((-1,) + x.shape[-3:]), -3, -2)   # [B, T, H, D]
     b = None if bias is None else jnp.broadcast_to(bias, (q.shape[-3], q.shape[-2], k.shape[-2]))[None]
-    out = jax.nn.dot_product_attention(to_bthd(q), to_bthd(k), to_bthd(v), bias=None if b is None else
-                                       b.astype(q.dtype), scale=None if scale else 1.0, is_causal=causal,
-                                       implementation=implementation)
+
+    def attend(kernel):
+        return jax.nn.dot_product_attention(to_bthd(q), to_bthd(k), to_bthd(v), bias=None if b is None else
+                                            b.astype(q.dtype), scale=None if scale else 1.0, is_causal=causal,
+                                            implementation=kernel)
+
+    try:
+        out = attend(kernel)
+    except (RuntimeError, NotImplementedError, ValueError) as e:   # JAX's own checks, made as it traces
+        if implementation is not None or kernel == "xla":
+            raise
+        warnings.warn(f"cuDNN's attention kernel refused this call ({type(e).__name__}: {e}); "
+                      "XLA's computes it instead", RuntimeWarning, stacklevel=2)
+        out = attend("xla")
     return jnp.swapaxes(out, -3, -2).reshape(lead + out.shape[-3:-1][::-1] + out.shape[-1:])
 
 

@@ -76,13 +76,23 @@ def resolve_attention(config: ModelConfig, backend: str | None = None) -> str:
 
     On a CPU the reference path (causal halves): measured fastest at the chapter's context
     (`python -m experiments.throughput --attention reference,chunked,fused`: chunked 1.07x,
-    fused 1.06x its time). On a GPU/TPU the fused kernel (cuDNN's on a GPU), the usual
-    winner there; no accelerator was available to measure it.
+    fused 1.06x its time). On a GPU/TPU the fused one (`attention_kernel` says which kernel),
+    the usual winner there; no accelerator was available to measure it.
     """
     if config.attention != "auto":
         return config.attention
     backend = backend or jax.default_backend()
     return "fused" if backend in ("gpu", "cuda", "rocm", "tpu") and config.dropout == 0 else "reference"
+
+
+def attention_kernel(config: ModelConfig, backend: str | None = None) -> str:
+    """What computes a config's attention, in words: its backend and, for "fused", the kernel
+    `F.fused_kernel` asks JAX for (cuDNN's flash attention on an NVIDIA GPU in half precision)."""
+    chosen = resolve_attention(config, backend)
+    if chosen == "fused":
+        kernel = F.fused_kernel(config.dtype, config.head_dim, backend)
+        return f"fused ({'cuDNN' if kernel == 'cudnn' else 'XLA'})"
+    return {"reference": "reference (causal halves)", "chunked": f"chunked ({config.attention_chunk} positions a chunk)"}[chosen]
 
 
 def _dropout(config: ModelConfig, rngs: nnx.Rngs):

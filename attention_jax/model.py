@@ -22,7 +22,7 @@ from attention_jax.config import ModelConfig
 from attention_jax.errors import ConfigError
 from attention_jax.layers import (  # noqa: F401  (Hook, masks, check_ids: part of the model's API)
     Bidirectional, CausalMask, Dense, Hook, LayerNorm, _dense, _compute_dtype, _dropout, _embed_init, check_ids,
-    resolve_attention)
+    attention_kernel, resolve_attention)
 
 # --- context mixers --------------------------------------------------------------------------
 

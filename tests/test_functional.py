@@ -422,6 +422,10 @@ def test_half_precision_attention_with_a_float32_bias_stays_half(dtype):
     assert F.attention(q, q, q, mask=F.causal_mask(5), bias=bias).dtype == dtype
     assert F.causal_attention(q, q, q, bias=bias)[0].dtype == dtype
     assert F.attention_weights(q, q, mask=F.causal_mask(5), bias=bias).dtype == dtype
+    fused = jax.jit(lambda q: F.fused_attention(q, q, q, bias=bias))(q)   # float16: XLA's CPU has no f16·f16->f32
+    assert fused.dtype == dtype
+    np.testing.assert_allclose(np.asarray(fused, np.float32), np.asarray(F.causal_attention(q, q, q, bias=bias)[0], np.float32),
+                               atol=2e-2)
 
 
 def test_edge_sizes_are_answered_or_refused_in_words():
@@ -436,3 +440,23 @@ def test_edge_sizes_are_answered_or_refused_in_words():
     mixed = F.fused_attention(jnp.ones((1, 2, 4, 8), jnp.int32), jnp.ones((1, 2, 4, 8), jnp.float16),
                               jnp.ones((1, 2, 4, 8), jnp.float16))
     assert mixed.dtype == jnp.float32          # one common dtype for the fused kernel
+
+
+def test_the_fused_kernel_is_cudnn_only_for_half_precision_on_an_nvidia_gpu():
+    # JAX's implementation=None is XLA's attention everywhere; cuDNN's flash kernel must be asked for.
+    assert F.fused_kernel(jnp.bfloat16, 32, "gpu") == F.fused_kernel(jnp.float16, 128, "gpu") == "cudnn"
+    assert F.fused_kernel(jnp.float32, 32, "gpu") == "xla"             # cuDNN's flash kernel is half precision only
+    assert F.fused_kernel(jnp.bfloat16, 12, "gpu") == "xla"            # head dim not a multiple of 8
+    assert F.fused_kernel(jnp.bfloat16, 136, "gpu") == "xla"           # nor above 128
+    assert F.fused_kernel(jnp.bfloat16, 32, "tpu") == F.fused_kernel(jnp.bfloat16, 32, "cpu") == "xla"
+
+
+def test_a_cudnn_refusal_while_tracing_falls_back_to_xla_with_a_warning(monkeypatch, rng):
+    q, k, v = (jnp.asarray(normal(rng, 2, 4, 16, 8), jnp.bfloat16) for _ in range(3))
+    want = F.fused_attention(q, k, v, bias=F.alibi_bias(4, 16), implementation="xla")
+    monkeypatch.setattr(F, "fused_kernel", lambda *a, **kw: "cudnn")   # as on a GPU; this CPU has no cuDNN
+    with pytest.warns(RuntimeWarning, match="cuDNN's attention kernel refused this call .*cuDNN is not detected"):
+        got = jax.jit(lambda q, k, v: F.fused_attention(q, k, v, bias=F.alibi_bias(4, 16)))(q, k, v)
+    np.testing.assert_array_equal(np.asarray(got, np.float32), np.asarray(want, np.float32))
+    with pytest.raises(RuntimeError, match="cuDNN is not detected"):   # asked for by name: no fallback
+        F.fused_attention(q, k, v, implementation="cudnn")

@@ -257,6 +257,16 @@ def test_auto_is_reference_on_a_cpu_and_fused_on_an_accelerator():
     assert resolve_attention(config(attention="chunked"), "gpu") == "chunked"
 
 
+def test_the_attention_kernel_is_named_as_the_run_reports_it():
+    from attention_jax.model import attention_kernel
+    cfg = config(attention="auto")
+    assert attention_kernel(cfg, "cpu") == "reference (causal halves)"
+    assert attention_kernel(cfg, "gpu") == attention_kernel(cfg, "tpu") == "fused (XLA)"   # float32
+    assert attention_kernel(dataclasses.replace(cfg, dtype="bfloat16"), "gpu") == "fused (cuDNN)"
+    assert attention_kernel(dataclasses.replace(cfg, dtype="bfloat16"), "tpu") == "fused (XLA)"
+    assert attention_kernel(config(attention="chunked", attention_chunk=16), "gpu") == "chunked (16 positions a chunk)"
+
+
 def test_a_recorded_attention_takes_the_reference_path_whatever_the_backend():
     from attention_jax.inspect import run_with_cache
     cfg = config(attention="chunked", attention_chunk=4)

@@ -9,7 +9,7 @@
 # there) it prints the versions and the GPU, trains the paper-preset ladder (all ten rows,
 # the issue's goal: under 2 minutes of wall time including compiles) and times the one-block
 # step for every attention backend and dtype (tokens/s, MFU against the GPU's own measured
-# matmul peak). What comes back under $OUT: versions.log, ladder.log, ladder_table.md,
+# matmul peak). What comes back under $OUT: versions.log, fused_parity.log, ladder.log, ladder_table.md,
 # ladder_results.json, throughput.log, throughput_table.md. `PRESET=smoke bash
 # tools/device_check.sh` runs the same plumbing on a CPU in about two minutes (OUT defaults to a
 # temporary folder).
@@ -47,6 +47,11 @@ print('python', sys.version.split()[0], 'jax', jax.__version__, 'flax', flax.__v
       'orbax-checkpoint', o.__version__, 'tokenizers', tokenizers.__version__, 'devices', jax.devices())"
 } 2>&1 | tee "$OUT/versions.log"
 
+# Which kernel the fused backend runs (cuDNN's flash kernel in half precision, by name) and
+# its parity with the reference, forward and gradients, with and without an ALiBi bias.
+python3 tools/fused_parity.py 2>&1 | tee "$OUT/fused_parity.log"
+parity_status=${PIPESTATUS[0]}
+
 start=$(date +%s)
 python3 -m experiments.ladder --preset "$PRESET" --no-progress --out "$RESULTS" 2>&1 | tee "$OUT/ladder.log"
 ladder_status=${PIPESTATUS[0]}
@@ -62,4 +67,4 @@ echo "throughput --preset $PRESET: exit $throughput_status, $(( $(date +%s) - st
 cp "$RESULTS/throughput/table.md" "$OUT/throughput_table.md" 2>/dev/null
 
 echo "results in $OUT"
-[ "$ladder_status" = 0 ] && [ "$throughput_status" = 0 ]
+[ "$parity_status" = 0 ] && [ "$ladder_status" = 0 ] && [ "$throughput_status" = 0 ]

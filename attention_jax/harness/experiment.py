@@ -118,6 +118,12 @@ class Experiment:
         per_call = default_steps_per_call()     # a bad $ATTENTION_JAX_STEPS_PER_CALL: one line now, not mid-table
         if per_call > 1:
             print(f"training: up to {per_call} steps per compiled call ({STEPS_PER_CALL_ENV}=1: one)", flush=True)
+        if self.rows is not None:   # a training table: say what computes attention here, "auto" resolved
+            from attention_jax.config import ModelConfig
+            from attention_jax.model import attention_kernel
+            chosen = ctx.model(ModelConfig())
+            how = " (auto: the fastest on this backend; --attention chooses)" if chosen.attention == "auto" else ""
+            print(f"attention: {attention_kernel(chosen)}{how}, {chosen.dtype}", flush=True)
         warning = check_backend()
         if warning:   # a GPU/TPU plugin JAX cannot use: say so loudly, then run on what there is
             print(warning, file=sys.stderr, flush=True)

@@ -153,20 +153,22 @@ def run(ctx) -> Result:
         ms, p25, p75 = (float(np.percentile(1e3 * np.asarray(r["times"]), q)) for q in (50, 25, 75))
         own_peak = r.get("peak_flops") or peak        # MFU against the matmul peak in the contestant's dtype
         records.append(dict(name=name, allocator=rows[name][2], backend=r["backend"], ms=ms, p25=p25, p75=p75,
-                            attention=r.get("attention", "-"), dtype=r.get("dtype", "float32"),
+                            attention=r.get("attention", "-"), kernel=r.get("attention_kernel", r.get("attention", "-")),
+                            dtype=r.get("dtype", "float32"),
                             peak_gflops=own_peak / 1e9,
                             parallel=f"{r['devices']} device(s)" if "devices" in r else f"{r['threads']} threads",
                             per_call=r.get("steps_per_call", 1),
                             tokens_per_s=tokens / ms * 1e3, mfu=flops / ms * 1e3 / own_peak, vs_ours=ms / ours_ms))
     by = {r["name"]: r for r in records}
-    columns = [("name", "contestant", ""), ("attention", "attention", ""), ("dtype", "dtype", ""),
+    columns = [("name", "contestant", ""), ("kernel", "attention", ""), ("dtype", "dtype", ""),
                ("allocator", "allocator", ""), ("parallel", "parallel", ""), ("per_call", "steps/call", ""),
                ("ms", "ms/step (median)", ".1f"), ("p25", "p25", ".1f"), ("p75", "p75", ".1f"),
                ("tokens_per_s", "tokens/s", ",.0f"), ("peak_gflops", "matmul peak GFLOP/s", ",.0f"),
                ("mfu", "MFU", ".2f"), ("vs_ours", "ms / ours", ".2f")]
     summary = dict(ms_per_step=ours_ms, tokens_per_s=by["ours"]["tokens_per_s"], mfu=by["ours"]["mfu"],
-                   attention=by["ours"]["attention"], dtype=by["ours"]["dtype"], context=T,
-                   variants={r["name"]: {k: r.get(k) for k in ("attention", "dtype", "ms", "tokens_per_s", "mfu")}
+                   attention=by["ours"]["attention"], attention_kernel=by["ours"]["kernel"], dtype=by["ours"]["dtype"],
+                   context=T,
+                   variants={r["name"]: {k: r.get(k) for k in ("attention", "kernel", "dtype", "ms", "tokens_per_s", "mfu")}
                              for r in records if r["name"].startswith("ours (")},
                    backend=by["ours"]["backend"], devices=got["ours"]["devices"], allocator=rows["ours"][2],
                    steps_per_call=by["ours"]["per_call"],

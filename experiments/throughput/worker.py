@@ -54,7 +54,7 @@ def jax_contestant(batch: int, devices: int, loss_only: bool = False, attention:
     import jax.numpy as jnp
     from attention_jax import functional as F
     from attention_jax.data import get_batch
-    from attention_jax.model import resolve_attention
+    from attention_jax.model import attention_kernel, resolve_attention
     from attention_jax.train import Engine, TrainConfig
     from attention_jax.train.loop import default_steps_per_call
     from experiments.configs import ONE_BLOCK
@@ -95,7 +95,7 @@ def jax_contestant(batch: int, devices: int, loss_only: bool = False, attention:
         return 2 * n**3 / float(np.median(ts))
 
     info = {"backend": jax.default_backend(), "devices": jax.device_count(),
-            "attention": resolve_attention(cfg), "dtype": dtype, "context": context, "steps_per_call": per_call}
+            "attention": resolve_attention(cfg), "attention_kernel": attention_kernel(cfg), "dtype": dtype, "context": context, "steps_per_call": per_call}
     if with_hlo:
         info["hlo"] = engine._step.lower(state, batches[0]).compile().as_text()
     if with_eval:
