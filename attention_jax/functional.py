@@ -162,6 +162,9 @@ def fused_attention(q, k, v, *, bias=None, causal: bool = True, scale: bool = Tr
     a warning naming the reason. "cudnn" or "xla" asks for that kernel alone.
     """
     q, k, v = _floating(q), _floating(k), _floating(v)
+    if q.ndim == 2:   # [T, D]: one head, as every other function here takes it
+        return fused_attention(q[None], k[None], v[None], bias=bias, causal=causal, scale=scale,
+                               implementation=implementation)[0]
     common = jnp.result_type(q, k, v)            # the fused kernel wants one dtype for all three
     q, k, v = q.astype(common), k.astype(common), v.astype(common)
     kernel = implementation or fused_kernel(common, q.shape[-1])

@@ -3,6 +3,7 @@ gathers every table, every claim, the figures and the book's figures beside ours
 
 import contextlib
 import io
+import json
 
 from experiments import all as everything
 
@@ -14,6 +15,8 @@ def test_all_writes_one_report_with_every_table_claim_and_book_figure(tmp_path, 
     report = (tmp_path / "REPORT.md").read_text()
     for name in ("averaging", "scaling", "params"):
         assert f"\n# {name} (preset: smoke)" in report and (tmp_path / name / "results.json").exists()
+        backend = json.loads((tmp_path / name / "results.json").read_text())["backend"]   # what ran it, where
+        assert backend["backend"] == "cpu" and backend["jax"] and backend["host"]["cores"] >= 1
     assert "## The book's figures beside ours" in report and "| 1015.562 |" in report and "124,439,808" in report
     assert "## Claims:" in report and "pass" in report.split("## Claims:")[1].splitlines()[0]
     assert "![scaling: jacobian.png](scaling/jacobian.png)" in report and (tmp_path / "scaling" / "jacobian.png").exists()

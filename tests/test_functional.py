@@ -440,6 +440,8 @@ def test_edge_sizes_are_answered_or_refused_in_words():
     mixed = F.fused_attention(jnp.ones((1, 2, 4, 8), jnp.int32), jnp.ones((1, 2, 4, 8), jnp.float16),
                               jnp.ones((1, 2, 4, 8), jnp.float16))
     assert mixed.dtype == jnp.float32          # one common dtype for the fused kernel
+    q = jax.random.normal(jax.random.key(2), (37, 16))                  # [T, D]: no head axis, like the others
+    np.testing.assert_allclose(F.fused_attention(q, q, q), F.attention(q, q, q, mask=F.causal_mask(37)), atol=1e-6)
 
 
 def test_the_fused_kernel_is_cudnn_only_for_half_precision_on_an_nvidia_gpu():

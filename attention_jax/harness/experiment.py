@@ -109,9 +109,10 @@ class Experiment:
     def _execute(self, args: argparse.Namespace) -> Result:
         ctx = self.context(args)
         from attention_jax.harness import compile_cache   # imports JAX: after --help
-        from attention_jax.harness.platform import check_backend, describe_backend
+        from attention_jax.harness.platform import backend_summary, check_backend, describe_backend
         kept = compile_cache.enable()     # before the first compile
-        print(describe_backend(), flush=True)
+        backend = backend_summary()       # printed now, and kept in results.json (what ran it, on which host)
+        print(describe_backend(backend), flush=True)
         if kept:
             print(compile_cache.describe(kept), flush=True)
         from attention_jax.train.loop import STEPS_PER_CALL_ENV, default_steps_per_call
@@ -131,6 +132,7 @@ class Experiment:
         with cli.exclusive(ctx.folder) if is_writer() else contextlib.nullcontext():
             result = self.run(ctx)
             result.name, result.preset = self.name, ctx.preset
+            result.extra = {"backend": backend, **result.extra}
             result.folder = report.publish(ctx.folder, result) if is_writer() else ctx.folder
         return result
 

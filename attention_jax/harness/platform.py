@@ -13,7 +13,7 @@ paged in anew.
 glibc hands every allocation above 32 MB to mmap and gives it back on free, so XLA's
 ~120-250 MB CPU scratch area costs ~60k page faults (~100 ms of kernel time) on every
 training step of the ladder's one-block model. No mmap and no trimming keep freed memory
-for the next step (measured by experiments/throughput.py). Only glibc's malloc is tuned;
+for the next step (measured by `python -m experiments.throughput`). Only glibc's malloc is tuned;
 elsewhere this does nothing.
 
 How many glibc arenas (`malloc_arenas`): one, except for an experiment that declares

@@ -1,9 +1,10 @@
 """Training a table's rows: a cache of finished rows and a checkpoint folder per row.
 
-Every training experiment runs its rows through `Table.train`. A row's key is a hash of
-its model config, training config, preset, seeds and task (the corpus, when it is not
-the default), so a rerun of the same command skips finished rows, an interrupted row
-resumes from its last checkpoint, and changing anything about a row trains it anew.
+Every training experiment runs its rows through `train_row` (the corpus tables by way of
+`TextTable.train`). A row's key is a hash of its model config, training config, preset,
+seeds and task (the corpus, when it is not the default), so a rerun of the same command
+skips finished rows, an interrupted row resumes from its last checkpoint, and changing
+anything about a row trains it anew.
 
 A finished row keeps its checkpoint: `load_model(record, folder)` reopens its trained
 model, and a measurement the cached record lacks (one added to the table later) is

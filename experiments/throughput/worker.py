@@ -1,4 +1,4 @@
-"""The contestants of experiments/throughput.py, each run in a process of its own.
+"""The contestants of `experiments.throughput`, each run in a process of its own.
 
     python -m experiments.throughput.worker jax|torch --batch B [--warmup N] [--devices N]
 
