@@ -17,6 +17,8 @@ def test_all_writes_one_report_with_every_table_claim_and_book_figure(tmp_path, 
         assert f"\n# {name} (preset: smoke)" in report and (tmp_path / name / "results.json").exists()
         backend = json.loads((tmp_path / name / "results.json").read_text())["backend"]   # what ran it, where
         assert backend["backend"] == "cpu" and backend["jax"] and backend["host"]["cores"] >= 1
+        took = json.loads((tmp_path / name / "results.json").read_text())["time"]      # and what it cost
+        assert took["wall_s"] > 0 and took["programs"] >= 0 and took["compile_s"] <= took["wall_s"]
     assert "## The book's figures beside ours" in report and "| 1015.562 |" in report and "124,439,808" in report
     assert "## Claims:" in report and "pass" in report.split("## Claims:")[1].splitlines()[0]
     assert "![scaling: jacobian.png](scaling/jacobian.png)" in report and (tmp_path / "scaling" / "jacobian.png").exists()

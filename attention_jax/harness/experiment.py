@@ -19,6 +19,7 @@ import dataclasses
 import os
 import pathlib
 import sys
+import time
 from typing import Any, Callable, Mapping, Sequence
 
 from attention_jax.errors import ConfigError, UserError
@@ -108,7 +109,9 @@ class Experiment:
 
     def _execute(self, args: argparse.Namespace) -> Result:
         ctx = self.context(args)
-        from attention_jax.harness import compile_cache   # imports JAX: after --help
+        started = time.perf_counter()
+        from attention_jax.harness import compile_cache, compile_clock   # imports JAX: after --help
+        made = compile_clock.start()
         from attention_jax.harness.platform import backend_summary, check_backend, describe_backend
         kept = compile_cache.enable()     # before the first compile
         backend = backend_summary()       # printed now, and kept in results.json (what ran it, on which host)
@@ -132,7 +135,9 @@ class Experiment:
         with cli.exclusive(ctx.folder) if is_writer() else contextlib.nullcontext():
             result = self.run(ctx)
             result.name, result.preset = self.name, ctx.preset
-            result.extra = {"backend": backend, **result.extra}
+            made = compile_clock.since(made)     # what went into making programs, against the wall time
+            result.extra = {"backend": backend, "time": {"wall_s": round(time.perf_counter() - started, 3), **made},
+                            **result.extra}
             result.folder = report.publish(ctx.folder, result) if is_writer() else ctx.folder
         return result
 

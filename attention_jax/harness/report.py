@@ -175,6 +175,9 @@ def publish(folder: pathlib.Path, result) -> pathlib.Path:
                   extra={**result.extra, "figures": sorted(result.figures), "book": result.book})
     for file_name, fig in result.figures.items():
         save_figure(fig, folder / file_name)
+    if "time" in result.extra:   # what went into making XLA programs, against the run's wall time
+        from attention_jax.harness.compile_clock import describe
+        print(f"\n{describe(result.extra['time'])}; {result.extra['time']['wall_s']:.1f} s in all")
     print(f"\nwrote {folder}")
     return folder
 
