@@ -138,17 +138,25 @@ def causal_attention(q, k, v, *, bias=None, scale: bool = True, dropout=None, re
     return jnp.concatenate(outs, axis=-2), full
 
 
-def fused_kernel(dtype, head_dim: int, backend: str | None = None) -> str:
+def fused_kernel(dtype, head_dim: int, backend: str | None = None, capability: float | None = None) -> str:
     """The kernel `fused_attention` asks `jax.nn.dot_product_attention` for: "cudnn" or "xla".
 
-    cuDNN's flash attention where it exists: an NVIDIA GPU, float16/bfloat16 operands, a head
-    dimension that is a multiple of 8 up to 128. Anywhere else (a CPU, a TPU, float32) XLA's
-    own attention, which XLA fuses as it compiles. Chosen here because JAX does not:
-    `implementation=None` means XLA's on every backend (jax 0.10: "defaults to XLA for now").
+    cuDNN's flash attention where it exists: an NVIDIA GPU of compute capability 8.0 or later
+    (Ampere, Hopper, ...; a T4's 7.5 has none: cuDNN finds no engine when XLA compiles, too
+    late to fall back), float16/bfloat16 operands, a head dimension that is a multiple of 8
+    up to 128. Anywhere else (a CPU, a TPU, float32) XLA's own attention, which XLA fuses as it
+    compiles. Chosen here because JAX does not: `implementation=None` means XLA's on every
+    backend (jax 0.10: "defaults to XLA for now"). `capability`: the GPU's, read from the
+    first device when not given (unknown counts as capable: JAX's own checks still apply).
     """
     backend = backend or jax.default_backend()
     half = jnp.dtype(dtype) in (jnp.dtype(jnp.float16), jnp.dtype(jnp.bfloat16))
-    return "cudnn" if backend in ("gpu", "cuda") and half and head_dim % 8 == 0 and head_dim <= 128 else "xla"
+    if backend not in ("gpu", "cuda") or not half or head_dim % 8 or head_dim > 128:
+        return "xla"
+    if capability is None:
+        found = getattr(jax.devices()[0], "compute_capability", None) if jax.default_backend() == "gpu" else None
+        capability = float(found) if found else None
+    return "xla" if capability is not None and capability < 8.0 else "cudnn"
 
 
 def fused_attention(q, k, v, *, bias=None, causal: bool = True, scale: bool = True, implementation=None):

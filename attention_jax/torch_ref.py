@@ -144,9 +144,12 @@ if torch is not None:
 
 def torch_contestant(batch: int, config):
     """The throughput benchmark's torch side: (step(i), None, info), one AdamW training step on
-    the i-th of four fixed random batches, eagerly, with torch's defaults (a thread per core)."""
+    the i-th of four fixed random batches, eagerly, with torch's defaults (a thread per core;
+    on a GPU, TF32 products allowed, as in our float32 step)."""
     import_torch()
     dev = "cuda" if torch.cuda.is_available() else "cpu"
+    if dev == "cuda":   # float32 products in TF32, as JAX's default precision takes them on a recent GPU
+        torch.backends.cuda.matmul.allow_tf32 = torch.backends.cudnn.allow_tf32 = True
     torch.manual_seed(0)
     model = TwinLM(config).to(dev)
     opt = torch.optim.AdamW(model.parameters(), lr=1e-3)   # weight decay 0.01: TrainConfig's default

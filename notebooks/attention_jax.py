@@ -43,9 +43,26 @@ import sys
 REPO = "https://github.com/attention-jax/attention_jax"   # the project's public repository
 
 
+# TPU chips' PCI device ids under Google's vendor id 0x1ae0 (v3 ... TPU7x), as jax/_src/hardware_utils.py
+# lists them; the same vendor id also names Google's virtual NIC, so the device id must match too.
+TPU_PCI_DEVICES = {"0x0027", "0x0056", "0x005e", "0x0062", "0x0063", "0x006f", "0x0076"}
+
+
+def tpu_on_pci() -> bool:
+    """A TPU chip attached to this VM (v5e/v6e runtimes show no /dev/accel*, only the PCI device)."""
+    for vendor in pathlib.Path("/sys/bus/pci/devices").glob("*/vendor"):
+        try:
+            if vendor.read_text().strip() == "0x1ae0" and (vendor.parent / "device").read_text().strip() in TPU_PCI_DEVICES:
+                return True
+        except OSError:
+            continue
+    return False
+
+
 def runtime() -> str:
     """What this machine offers: 'gpu', 'tpu' or 'cpu' (without importing jax)."""
-    if os.environ.get("COLAB_TPU_ADDR") or os.environ.get("TPU_NAME") or list(pathlib.Path("/dev").glob("accel*")):
+    if (os.environ.get("COLAB_TPU_ADDR") or os.environ.get("TPU_NAME") or list(pathlib.Path("/dev").glob("accel*"))
+            or tpu_on_pci()):
         return "tpu"
     if shutil.which("nvidia-smi") and subprocess.run(["nvidia-smi", "-L"], capture_output=True).returncode == 0:
         return "gpu"

@@ -446,7 +446,9 @@ def test_edge_sizes_are_answered_or_refused_in_words():
 
 def test_the_fused_kernel_is_cudnn_only_for_half_precision_on_an_nvidia_gpu():
     # JAX's implementation=None is XLA's attention everywhere; cuDNN's flash kernel must be asked for.
-    assert F.fused_kernel(jnp.bfloat16, 32, "gpu") == F.fused_kernel(jnp.float16, 128, "gpu") == "cudnn"
+    assert F.fused_kernel(jnp.bfloat16, 32, "gpu") == F.fused_kernel(jnp.float16, 128, "gpu", 9.0) == "cudnn"
+    assert F.fused_kernel(jnp.bfloat16, 32, "gpu", 8.0) == "cudnn"
+    assert F.fused_kernel(jnp.bfloat16, 32, "gpu", 7.5) == "xla"       # a T4: no flash kernel in cuDNN
     assert F.fused_kernel(jnp.float32, 32, "gpu") == "xla"             # cuDNN's flash kernel is half precision only
     assert F.fused_kernel(jnp.bfloat16, 12, "gpu") == "xla"            # head dim not a multiple of 8
     assert F.fused_kernel(jnp.bfloat16, 136, "gpu") == "xla"           # nor above 128

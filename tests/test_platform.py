@@ -208,3 +208,22 @@ def test_a_backend_jax_cannot_start_is_one_clear_error(platforms, tmp_path):
     err = proc.stderr.strip().splitlines()
     assert len(err) == 1 and err[0].startswith(f"error: JAX cannot start the backend JAX_PLATFORMS='{platforms}'")
     assert "Traceback" not in proc.stderr and "unset JAX_PLATFORMS" in err[0]
+
+
+def test_an_experiment_that_shares_the_accelerator_reserves_none_of_it_up_front(tmp_path, monkeypatch):
+    """JAX reserves 75% of a GPU's memory when a process first looks for it: the throughput and
+    complexity parents look before their children take turns on it, so they must not."""
+    from attention_jax.harness.experiment import Experiment, Result
+    from experiments import complexity, throughput
+    assert throughput.EXPERIMENT.shares_accelerator and complexity.EXPERIMENT.shares_accelerator
+    seen = {}
+
+    def run(ctx):
+        seen["preallocate"] = os.environ.get("XLA_PYTHON_CLIENT_PREALLOCATE")
+        return Result(rows=[], claims=[], tables={})
+
+    for shares, want in ((False, None), (True, "false")):
+        monkeypatch.delenv("XLA_PYTHON_CLIENT_PREALLOCATE", raising=False)
+        assert Experiment(f"probe{int(shares)}", "a probe", {"smoke": {}}, run, shares_accelerator=shares).main(
+            ["--preset", "smoke", "--out", str(tmp_path)]) == 0
+        assert seen["preallocate"] == want

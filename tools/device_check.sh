@@ -35,6 +35,8 @@ RESULTS="$(mktemp -d)"
 if ls .whl/*.whl >/dev/null 2>&1; then
   python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/site .whl/*.whl \
     && export PYTHONPATH=/tmp/site
+else
+  echo "note: no wheels in .whl/ ('bash tools/device_check.sh prepare' was not run here): the image's own flax is used"
 fi
 export PYTHONPATH="${PYTHONPATH:+$PYTHONPATH:}$PWD" PYTHONUNBUFFERED=1
 export ATTENTION_JAX_DATA="${ATTENTION_JAX_DATA:-$PWD/.devdata}" ATTENTION_JAX_CACHE="$RESULTS/cache"

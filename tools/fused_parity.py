@@ -6,7 +6,8 @@ For float32, bfloat16 and float16 operands, with and without an ALiBi bias: the 
 `F.fused_kernel` chooses on this backend, whether the compiled program really calls cuDNN
 (its `__cudnn$fmha` custom call in the HLO), and the largest difference from the reference
 attention computed in float32 (`F.attention` under the causal mask), forward and in the
-gradients of q, k and v. Exit 1 when a difference is past its dtype's tolerance. The tests
+gradients of q, k and v, every float32 product in full float32 (not a GPU's default TF32).
+Exit 1 when a difference is past its dtype's tolerance. The tests
 check the same parity on a CPU; this is for a machine with a GPU, where the cuDNN path runs
 (`tools/device_check.sh` calls it).
 """
@@ -55,7 +56,10 @@ def check(dtype: str, with_bias: bool, B=4, H=4, T=128, D=32) -> bool:
 
 def main() -> int:
     print(f"backend {jax.default_backend()}, devices {jax.devices()}, jax {jax.__version__}")
-    results = [check(dtype, with_bias) for dtype in ("float32", "bfloat16", "float16") for with_bias in (False, True)]
+    # Every float32 product in full float32: a GPU's default takes them in TF32 (10 mantissa bits),
+    # which would measure TF32's rounding in two programs rather than the kernels' agreement.
+    with jax.default_matmul_precision("highest"):
+        results = [check(dtype, with_bias) for dtype in ("float32", "bfloat16", "float16") for with_bias in (False, True)]
     return 0 if all(results) else 1
 
 

@@ -82,6 +82,9 @@ class Experiment:
     flags: Callable[[argparse.ArgumentParser], None] | None = None
     rows: Sequence[str] | None = None        # a training table: --rows and the shared training flags
     big_programs: bool = False               # programs that fragment one glibc arena (harness/platform.py)
+    # Its work runs in child processes that take turns on one accelerator: no process may reserve
+    # most of its memory up front (JAX's default, 75%, at the first touch), this one included.
+    shares_accelerator: bool = False
 
     def parser(self) -> argparse.ArgumentParser:
         p = cli.parser(self.name, self.description.strip().splitlines()[0], self.presets)
@@ -110,6 +113,8 @@ class Experiment:
     def _execute(self, args: argparse.Namespace) -> Result:
         ctx = self.context(args)
         started = time.perf_counter()
+        if self.shares_accelerator:   # before JAX first looks for devices, below
+            os.environ.setdefault("XLA_PYTHON_CLIENT_PREALLOCATE", "false")
         from attention_jax.harness import compile_cache, compile_clock   # imports JAX: after --help
         made = compile_clock.start()
         from attention_jax.harness.platform import backend_summary, check_backend, describe_backend

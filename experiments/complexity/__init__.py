@@ -183,5 +183,5 @@ def flags(parser):
     parser.add_argument("--variants", help=f"a comma-separated subset of {','.join(VARIANTS)} (default: all)")
 
 
-EXPERIMENT = Experiment(NAME, __doc__, PRESETS, run, flags=flags)
+EXPERIMENT = Experiment(NAME, __doc__, PRESETS, run, flags=flags, shares_accelerator=True)
 main = EXPERIMENT.main

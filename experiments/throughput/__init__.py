@@ -117,9 +117,8 @@ def run(ctx) -> Result:
     if not args.no_torch and importlib.util.find_spec("torch") is None:
         raise UserError("the reference contestant is PyTorch, which is not installed: install the test extra "
                         "(pip install -e '.[test]'), or pass --no-torch to time ours alone")
-    # Contestants share an accelerator, taking turns: none may reserve most of its memory up front.
-    # This process only looks for the accelerator, so it reserves nothing either.
-    os.environ.setdefault("XLA_PYTHON_CLIENT_PREALLOCATE", "false")
+    # Contestants share an accelerator, taking turns: none reserves most of its memory up front
+    # (XLA_PYTHON_CLIENT_PREALLOCATE=false, set by the harness before this process looked for it).
     worker_env = dict(os.environ)
     p = {**ctx.settings, **({"rounds": args.rounds} if args.rounds else {}),
          **({"batch": args.batch} if args.batch else {})}
@@ -193,11 +192,14 @@ def run(ctx) -> Result:
     print(f"context {T}, {tokens:,} tokens/step, {flops / 1e9:.2f} GFLOP/step (6·{n_params:,} + 12·L·T·d per token), "
           f"matmul peak {peak / 1e9:.0f} GFLOP/s"
           + (f"; the step's metrics cost {100 * summary['metrics_cost']:+.1f}%" if "metrics_cost" in summary else ""))
+    if summary["backend"] != "cpu":   # the float32 rows' products are not float32 there, nor the peak's
+        print("float32 here: products at JAX's default precision (TF32 on a recent GPU, one bfloat16 pass on a "
+              "TPU), in the step and in its matmul peak alike; JAX_DEFAULT_MATMUL_PRECISION=highest for full float32")
     if args.json:
         print(json.dumps(summary))
     return Result(rows=records, claims=claims, tables={"Training step": report.format_table(columns, records)},
                   config={**p, "model": cfg.to_dict()}, extra={"summary": summary})
 
 
-EXPERIMENT = Experiment(NAME, __doc__, PRESETS, run, flags=flags)
+EXPERIMENT = Experiment(NAME, __doc__, PRESETS, run, flags=flags, shares_accelerator=True)
 main = EXPERIMENT.main

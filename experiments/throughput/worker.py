@@ -84,7 +84,7 @@ def jax_contestant(batch: int, devices: int, loss_only: bool = False, attention:
         Low precision accumulates in float32, as the model's dense layers do (`kernels._dot`).
         """
         n = 2048 if jax.default_backend() == "cpu" else 8192
-        a = jnp.ones((n, n), jnp.dtype(dtype))
+        a = jax.random.normal(jax.random.key(0), (n, n), jnp.float32).astype(dtype)   # not ones: a GPU multiplies constants faster
         f = jax.jit(lambda x: F.dense(x, x))
         f(a).block_until_ready()
         ts = []
