@@ -24,3 +24,9 @@ def test_an_experiment_prints_what_it_compiled_and_keeps_it(tmp_path, capsys):
     assert averaging.main(["--preset", "smoke", "--out", str(tmp_path)]) == 0
     said = capsys.readouterr().out.strip().splitlines()
     assert said[-3].startswith("XLA programs: ") and said[-3].endswith(" s in all") and said[-1].startswith("wrote ")
+
+
+def test_a_run_measured_in_child_processes_says_so():
+    made = {"programs": 0, "from_cache": 0, "compile_s": 0.0, "trace_and_lower_s": 0.0, "in_children": True}
+    assert compile_clock.describe(made) == ("XLA programs: none compiled in this process "
+                                            "(its measurements compile in their own)")

@@ -58,6 +58,9 @@ def since(mark: tuple[dict, dict]) -> dict:
 
 
 def describe(made: dict) -> str:
+    """One line; `in_children`: the run measured in processes of its own, whose programs are not counted."""
+    if made.get("in_children"):
+        return f"XLA programs: {made['programs'] or 'none'} compiled in this process (its measurements compile in their own)"
     if not made["programs"]:
         return "XLA programs: none compiled"
     cached = f" ({made['from_cache']} of them read from the compile cache)" if made["from_cache"] else ""

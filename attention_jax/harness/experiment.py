@@ -131,8 +131,8 @@ class Experiment:
             from attention_jax.config import ModelConfig
             from attention_jax.model import attention_kernel
             chosen = ctx.model(ModelConfig())
-            how = " (auto: the fastest on this backend; --attention chooses)" if chosen.attention == "auto" else ""
-            print(f"attention: {attention_kernel(chosen)}{how}, {chosen.dtype}", flush=True)
+            how = "; auto's choice, the fastest on this backend (--attention to choose)" if chosen.attention == "auto" else ""
+            print(f"attention: {attention_kernel(chosen)}, {chosen.dtype}{how}", flush=True)
         warning = check_backend()
         if warning:   # a GPU/TPU plugin JAX cannot use: say so loudly, then run on what there is
             print(warning, file=sys.stderr, flush=True)
@@ -140,7 +140,7 @@ class Experiment:
         with cli.exclusive(ctx.folder) if is_writer() else contextlib.nullcontext():
             result = self.run(ctx)
             result.name, result.preset = self.name, ctx.preset
-            made = compile_clock.since(made)     # what went into making programs, against the wall time
+            made = {**compile_clock.since(made), "in_children": self.shares_accelerator}
             result.extra = {"backend": backend, "time": {"wall_s": round(time.perf_counter() - started, 3), **made},
                             **result.extra}
             result.folder = report.publish(ctx.folder, result) if is_writer() else ctx.folder
