@@ -144,61 +144,66 @@ def fused_kernel(dtype, head_dim: int, backend: str | None = None, capability: f
     cuDNN's flash attention where it exists: an NVIDIA GPU of compute capability 8.0 or later
     (Ampere, Hopper, ...; a T4's 7.5 has none: cuDNN finds no engine when XLA compiles, too
     late to fall back), float16/bfloat16 operands, a head dimension that is a multiple of 8
-    up to 128. Anywhere else (a CPU, a TPU, float32) XLA's own attention, which XLA fuses as it
-    compiles. Chosen here because JAX does not: `implementation=None` means XLA's on every
-    backend (jax 0.10: "defaults to XLA for now"). `capability`: the GPU's, read from the
-    first device when not given (unknown counts as capable: JAX's own checks still apply).
+    up to 128. Anywhere else (a CPU, a TPU, an AMD GPU, float32) XLA's own attention, which
+    XLA fuses as it compiles. Chosen here because JAX does not: `implementation=None` means
+    XLA's on every backend (jax 0.10: "defaults to XLA for now"). `capability`: the GPU's,
+    read from this process's first device when not given (an AMD GPU's, e.g. "gfx90a", is no
+    number: no cuDNN there).
     """
     backend = backend or jax.default_backend()
     half = jnp.dtype(dtype) in (jnp.dtype(jnp.float16), jnp.dtype(jnp.bfloat16))
     if backend not in ("gpu", "cuda") or not half or head_dim % 8 or head_dim > 128:
         return "xla"
-    if capability is None:
-        found = getattr(jax.devices()[0], "compute_capability", None) if jax.default_backend() == "gpu" else None
-        capability = float(found) if found else None
+    if capability is None and jax.default_backend() == "gpu":
+        try:
+            capability = float(getattr(jax.local_devices()[0], "compute_capability", ""))
+        except ValueError:
+            return "xla"
     return "xla" if capability is not None and capability < 8.0 else "cudnn"
 
 
 def fused_attention(q, k, v, *, bias=None, causal: bool = True, scale: bool = True, implementation=None):
     """`attention` by `jax.nn.dot_product_attention`: cuDNN's flash kernel on a GPU, else XLA's.
 
-    Takes our layout [..., H, T, D] (heads before positions) and returns it; the fused
-    function wants [B, T, H, D]. `bias` [H or 1, T, S] is added before the causal mask, as
-    in `attention_weights`. Integer inputs are promoted to float32. `implementation=None`:
-    `fused_kernel` chooses; should cuDNN then refuse the call as JAX traces it (a cuDNN too
-    old, a GPU without it, a shape it does not take), XLA's kernel computes it instead, with
-    a warning naming the reason. "cudnn" or "xla" asks for that kernel alone.
+    Takes our layout [..., H, T, D] (heads before positions; [T, D] is one head) and returns
+    it; the fused function wants [B, T, H, D]. `bias` [H or 1, T, S] is added before the
+    causal mask, as in `attention_weights`. Integer inputs are promoted to float32.
+    `implementation=None`: `fused_kernel` chooses (and XLA's takes a bias over an odd number
+    of positions, whose gradient cuDNN refuses only later, as JAX differentiates); should
+    cuDNN refuse the call as JAX traces it (no cuDNN found, a shape it does not take), XLA's
+    kernel computes it instead, with a warning naming the reason. "cudnn" or "xla" asks for
+    that kernel alone.
     """
     q, k, v = _floating(q), _floating(k), _floating(v)
-    if q.ndim == 2:   # [T, D]: one head, as every other function here takes it
-        return fused_attention(q[None], k[None], v[None], bias=bias, causal=causal, scale=scale,
-                               implementation=implementation)[0]
+    one_head = q.ndim == 2
+    if one_head:
+        q, k, v = q[None], k[None], v[None]
     common = jnp.result_type(q, k, v)            # the fused kernel wants one dtype for all three
-    q, k, v = q.astype(common), k.astype(common), v.astype(common)
+    T, S = q.shape[-2], k.shape[-2]
     kernel = implementation or fused_kernel(common, q.shape[-1])
-    if kernel == "xla" and common == jnp.float16 and jax.default_backend() == "cpu":
-        # XLA's CPU backend has no float16 product with a float32 result, which JAX's attention asks for
-        up = lambda x: x.astype(jnp.float32)
-        return fused_attention(up(q), up(k), up(v), bias=bias, causal=causal, scale=scale,
-                               implementation="xla").astype(jnp.float16)
+    if implementation is None and bias is not None and (T % 2 or S % 2):
+        kernel = "xla"
+    # XLA's CPU backend has no float16 product with a float32 result, which JAX's attention asks for
+    compute = jnp.float32 if kernel == "xla" and common == jnp.float16 and jax.default_backend() == "cpu" else common
+    q, k, v = q.astype(compute), k.astype(compute), v.astype(compute)
     lead = q.shape[:-3]
     to_bthd = lambda x: jnp.swapaxes(x.reshape((-1,) + x.shape[-3:]), -3, -2)   # [B, T, H, D]
-    b = None if bias is None else jnp.broadcast_to(bias, (q.shape[-3], q.shape[-2], k.shape[-2]))[None]
+    b = None if bias is None else jnp.broadcast_to(bias, (q.shape[-3], T, S))[None].astype(compute)
 
     def attend(kernel):
-        return jax.nn.dot_product_attention(to_bthd(q), to_bthd(k), to_bthd(v), bias=None if b is None else
-                                            b.astype(q.dtype), scale=None if scale else 1.0, is_causal=causal,
-                                            implementation=kernel)
+        return jax.nn.dot_product_attention(to_bthd(q), to_bthd(k), to_bthd(v), bias=b, scale=None if scale else 1.0,
+                                            is_causal=causal, implementation=kernel)
 
     try:
         out = attend(kernel)
     except (RuntimeError, NotImplementedError, ValueError) as e:   # JAX's own checks, made as it traces
         if implementation is not None or kernel == "xla":
             raise
+        out = attend("xla")     # a call XLA's kernel refuses too was wrong to begin with: its error, no warning
         warnings.warn(f"cuDNN's attention kernel refused this call ({type(e).__name__}: {e}); "
                       "XLA's computes it instead", RuntimeWarning, stacklevel=2)
-        out = attend("xla")
-    return jnp.swapaxes(out, -3, -2).reshape(lead + out.shape[-3:-1][::-1] + out.shape[-1:])
+    out = jnp.swapaxes(out, -3, -2).reshape(lead + out.shape[-3:-1][::-1] + out.shape[-1:]).astype(common)
+    return out[0] if one_head else out
 
 
 def uniform_causal_weights(n: int) -> jax.Array:

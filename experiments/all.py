@@ -101,6 +101,11 @@ def main(argv: list[str] | None = None) -> int:
         out = cli.results_folder(args.out, "all").parent
     except UserError as e:
         return cli.report_error(e)
+    if any(_module(n).EXPERIMENT.shares_accelerator for n in names):
+        # One process runs them all, and JAX reserves memory when it first looks for devices (the
+        # first experiment): those whose children take turns on the accelerator need it unreserved.
+        import os
+        os.environ.setdefault("XLA_PYTHON_CLIENT_PREALLOCATE", "false")
     failures = {}
     try:
         for name in names:

@@ -18,7 +18,7 @@ def test_all_writes_one_report_with_every_table_claim_and_book_figure(tmp_path, 
         backend = json.loads((tmp_path / name / "results.json").read_text())["backend"]   # what ran it, where
         assert backend["backend"] == "cpu" and backend["jax"] and backend["host"]["cores"] >= 1
         took = json.loads((tmp_path / name / "results.json").read_text())["time"]      # and what it cost
-        assert took["wall_s"] > 0 and took["programs"] >= 0 and took["compile_s"] <= took["wall_s"]
+        assert 0 < took["compile_s"] + took["trace_and_lower_s"] <= took["wall_s"]   # its own run's, not the process's
     assert "## The book's figures beside ours" in report and "| 1015.562 |" in report and "124,439,808" in report
     assert "## Claims:" in report and "pass" in report.split("## Claims:")[1].splitlines()[0]
     assert "![scaling: jacobian.png](scaling/jacobian.png)" in report and (tmp_path / "scaling" / "jacobian.png").exists()

@@ -16,14 +16,26 @@ def test_a_new_program_is_counted_once_and_a_reused_one_not_at_all():
     fn(x).block_until_ready()                               # the same shapes: the compiled program again
     assert compile_clock.since(mark)["programs"] == 1
     assert compile_clock.describe(made).startswith("XLA programs: 1 compiled in ")
-    assert compile_clock.describe(compile_clock.since(compile_clock.start())) == "XLA programs: none compiled"
+    nothing = compile_clock.since(compile_clock.start())
+    assert compile_clock.describe(nothing) == "XLA programs: none compiled; tracing and lowering 0.0 s"
 
 
 def test_an_experiment_prints_what_it_compiled_and_keeps_it(tmp_path, capsys):
-    from experiments import averaging
-    assert averaging.main(["--preset", "smoke", "--out", str(tmp_path)]) == 0
+    import json
+
+    import jax.monitoring
+    from experiments import scaling
+    seen = []     # an independent count of the programs compiled while the experiment runs
+    listen = lambda event, duration, **_: seen.append(duration) if event == compile_clock.COMPILE else None
+    jax.monitoring.register_event_duration_secs_listener(listen)
+    try:
+        assert scaling.main(["--preset", "smoke", "--out", str(tmp_path)]) == 0
+    finally:
+        jax.monitoring.unregister_event_duration_listener(listen)
+    took = json.loads((tmp_path / "scaling" / "results.json").read_text())["time"]
+    assert took["programs"] == len(seen) > 0 and abs(took["compile_s"] - sum(seen)) < 0.01
     said = capsys.readouterr().out.strip().splitlines()
-    assert said[-3].startswith("XLA programs: ") and said[-3].endswith(" s in all") and said[-1].startswith("wrote ")
+    assert said[-3] == f"{compile_clock.describe(took)}; {took['wall_s']:.1f} s in all" and said[-1].startswith("wrote ")
 
 
 def test_a_run_measured_in_child_processes_says_so():

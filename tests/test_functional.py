@@ -1,6 +1,7 @@
 """The functional core: parity with torch in numbers, and the properties the chapter states."""
 
 import math
+import warnings
 
 import chex
 import jax
@@ -455,6 +456,15 @@ def test_the_fused_kernel_is_cudnn_only_for_half_precision_on_an_nvidia_gpu():
     assert F.fused_kernel(jnp.bfloat16, 32, "tpu") == F.fused_kernel(jnp.bfloat16, 32, "cpu") == "xla"
 
 
+@pytest.mark.parametrize("found, kernel", [("9.0", "cudnn"), ("8.6", "cudnn"), ("7.5", "xla"), ("gfx90a", "xla")])
+def test_the_fused_kernel_reads_the_gpus_compute_capability(monkeypatch, found, kernel):
+    class GPU:   # what jax.local_devices() gives on a GPU: an NVIDIA's capability, or an AMD's (ROCm) name
+        compute_capability = found
+    monkeypatch.setattr(jax, "default_backend", lambda: "gpu")
+    monkeypatch.setattr(jax, "local_devices", lambda *a, **kw: [GPU()])
+    assert F.fused_kernel(jnp.bfloat16, 32) == kernel
+
+
 def test_a_cudnn_refusal_while_tracing_falls_back_to_xla_with_a_warning(monkeypatch, rng):
     q, k, v = (jnp.asarray(normal(rng, 2, 4, 16, 8), jnp.bfloat16) for _ in range(3))
     want = F.fused_attention(q, k, v, bias=F.alibi_bias(4, 16), implementation="xla")
@@ -464,3 +474,9 @@ def test_a_cudnn_refusal_while_tracing_falls_back_to_xla_with_a_warning(monkeypa
     np.testing.assert_array_equal(np.asarray(got, np.float32), np.asarray(want, np.float32))
     with pytest.raises(RuntimeError, match="cuDNN is not detected"):   # asked for by name: no fallback
         F.fused_attention(q, k, v, implementation="cudnn")
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")     # no warning: XLA's kernel is chosen up front for ...
+        odd = q[..., :15, :]               # ... a bias over an odd number of positions (cuDNN's gradient refuses it)
+        F.fused_attention(odd, odd, odd, bias=F.alibi_bias(4, 15))
+        with pytest.raises(ValueError):    # a call that is wrong whatever the kernel: its own error, no cuDNN warning
+            F.fused_attention(q, k[..., :4], v)

@@ -222,8 +222,15 @@ def test_an_experiment_that_shares_the_accelerator_reserves_none_of_it_up_front(
         seen["preallocate"] = os.environ.get("XLA_PYTHON_CLIENT_PREALLOCATE")
         return Result(rows=[], claims=[], tables={})
 
+    monkeypatch.setenv("XLA_PYTHON_CLIENT_PREALLOCATE", "unset")   # so the test's end restores what was there
     for shares, want in ((False, None), (True, "false")):
         monkeypatch.delenv("XLA_PYTHON_CLIENT_PREALLOCATE", raising=False)
         assert Experiment(f"probe{int(shares)}", "a probe", {"smoke": {}}, run, shares_accelerator=shares).main(
             ["--preset", "smoke", "--out", str(tmp_path)]) == 0
         assert seen["preallocate"] == want
+    # experiments.all runs them in one process, which reserves at its first experiment: it sets it first
+    from experiments import all as everything
+    monkeypatch.delenv("XLA_PYTHON_CLIENT_PREALLOCATE", raising=False)
+    monkeypatch.setattr(everything, "run_one", lambda name, args: seen.update(all=os.environ.get("XLA_PYTHON_CLIENT_PREALLOCATE")))
+    everything.main(["--preset", "smoke", "--only", "averaging,throughput", "--out", str(tmp_path)])
+    assert seen["all"] == "false"

@@ -4,7 +4,8 @@
 
 For float32, bfloat16 and float16 operands, with and without an ALiBi bias: the kernel
 `F.fused_kernel` chooses on this backend, whether the compiled program really calls cuDNN
-(its `__cudnn$fmha` custom call in the HLO), and the largest difference from the reference
+(its `__cudnn$fmha` custom call in the HLO: exit 1 when the kernel chosen is not the one
+that runs), and the largest difference from the reference
 attention computed in float32 (`F.attention` under the causal mask), forward and in the
 gradients of q, k and v, every float32 product in full float32 (not a GPU's default TF32).
 Exit 1 when a difference is past its dtype's tolerance. The tests
@@ -46,9 +47,10 @@ def check(dtype: str, with_bias: bool, B=4, H=4, T=128, D=32) -> bool:
     out_diff /= float(jnp.abs(ref(*args)).max())
     grad_diff = max(float(jnp.abs(a.astype(jnp.float32) - b.astype(jnp.float32)).max() / jnp.abs(b.astype(jnp.float32)).max())
                     for a, b in zip(got, want))
-    ok = out_diff <= TOLERANCE[dtype] and grad_diff <= TOLERANCE[dtype]
-    print(f"{dtype:9} bias={'alibi' if with_bias else 'none ':5}  kernel {F.fused_kernel(dtype, D):5}  "
-          f"cuDNN call in the program: {'yes' if 'cudnn' in hlo.lower() else 'no ':3}  "
+    kernel, called = F.fused_kernel(dtype, D), "__cudnn$fmha" in hlo    # cuDNN's attention custom calls
+    ok = out_diff <= TOLERANCE[dtype] and grad_diff <= TOLERANCE[dtype] and called == (kernel == "cudnn")
+    print(f"{dtype:9} bias={'alibi' if with_bias else 'none ':5}  kernel {kernel:5}  "
+          f"cuDNN attention in the program: {'yes' if called else 'no ':3}  "
           f"max |diff| / max |ref|: output {out_diff:.2e}, gradients {grad_diff:.2e}  "
           f"{'ok' if ok else 'PAST ' + str(TOLERANCE[dtype])}", flush=True)
     return ok

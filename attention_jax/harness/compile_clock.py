@@ -61,8 +61,6 @@ def describe(made: dict) -> str:
     """One line; `in_children`: the run measured in processes of its own, whose programs are not counted."""
     if made.get("in_children"):
         return f"XLA programs: {made['programs'] or 'none'} compiled in this process (its measurements compile in their own)"
-    if not made["programs"]:
-        return "XLA programs: none compiled"
     cached = f" ({made['from_cache']} of them read from the compile cache)" if made["from_cache"] else ""
-    return (f"XLA programs: {made['programs']} compiled in {made['compile_s']:.1f} s{cached}; "
-            f"tracing and lowering {made['trace_and_lower_s']:.1f} s")
+    compiled = f"{made['programs']} compiled in {made['compile_s']:.1f} s{cached}" if made["programs"] else "none compiled"
+    return f"XLA programs: {compiled}; tracing and lowering {made['trace_and_lower_s']:.1f} s"

@@ -129,9 +129,11 @@ class Experiment:
             print(f"training: up to {per_call} steps per compiled call ({STEPS_PER_CALL_ENV}=1: one)", flush=True)
         if self.rows is not None:   # a training table: say what computes attention here, "auto" resolved
             from attention_jax.config import ModelConfig
-            from attention_jax.model import attention_kernel
+            from attention_jax.model import attention_kernel, resolve_attention
             chosen = ctx.model(ModelConfig())
             how = "; auto's choice, the fastest on this backend (--attention to choose)" if chosen.attention == "auto" else ""
+            if resolve_attention(chosen) == "fused":   # cuDNN's kernel takes some head sizes only
+                how += "; the kernel may differ by a row's head size (each row's record names its own)"
             print(f"attention: {attention_kernel(chosen)}, {chosen.dtype}{how}", flush=True)
         warning = check_backend()
         if warning:   # a GPU/TPU plugin JAX cannot use: say so loudly, then run on what there is

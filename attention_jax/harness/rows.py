@@ -127,7 +127,7 @@ def train_row(name: str, model_config: ModelConfig, train_config: TrainConfig, t
                 record["measures"].update({m: measures[m](engine, state) for m in missing})
                 _write(done_file, record)
             record["cached"] = True
-            return record
+            return _labelled(record, model_config)
         except CheckpointError:
             _note(f"row {name!r} is finished but its checkpoint cannot be reopened (damaged or deleted); "
                   "training that row again")
@@ -146,6 +146,13 @@ def train_row(name: str, model_config: ModelConfig, train_config: TrainConfig, t
               "measures": {m: fn(engine, result.state) for m, fn in measures.items()}}
     _write(done_file, record)
     record["cached"] = False
+    return _labelled(record, model_config)
+
+
+def _labelled(record: dict, model_config: ModelConfig) -> dict:
+    """The record with what computed its attention here (what "auto" chose, and the kernel)."""
+    from attention_jax.model import attention_kernel, resolve_attention
+    record["attention"], record["attention_kernel"] = resolve_attention(model_config), attention_kernel(model_config)
     return record
 
 

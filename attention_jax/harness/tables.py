@@ -69,7 +69,6 @@ class TextTable:
         """Train (or reload) one row; its record with mean/std/per-seed train and val perplexity.
 
         `reopen`: the table will `load_model` it, so its checkpoint must restore (else the row retrains)."""
-        from attention_jax.model import attention_kernel, resolve_attention
         from attention_jax.train import text_task
         tc, model_config = train_config or self.ctx.settings, self.ctx.model(model_config)
         task = text_task(*self.splits, batch_size=tc.batch_size, context=model_config.context,
@@ -81,8 +80,6 @@ class TextTable:
             record[figure], record[f"{figure}_std"], record[f"{figure}_seeds"] = rows.summary(record, figure)
         record["train"], record["val"] = (rows.fmt(record["train_ppl"], record["train_ppl_std"]),
                                           rows.fmt(record["val_ppl"], record["val_ppl_std"]))
-        record["attention"] = resolve_attention(model_config)     # what "auto" chose on this backend
-        record["attention_kernel"] = attention_kernel(model_config)
         return record
 
     def load_model(self, record: dict, *, seed: int = 0):

@@ -94,10 +94,14 @@ def jax_contestant(batch: int, devices: int, loss_only: bool = False, attention:
             ts.append(time.perf_counter() - t)
         return 2 * n**3 / float(np.median(ts))
 
-    info = {"backend": jax.default_backend(), "devices": jax.device_count(),
-            "attention": resolve_attention(cfg), "attention_kernel": attention_kernel(cfg), "dtype": dtype, "context": context, "steps_per_call": per_call}
-    if with_hlo:
+    info = {"backend": jax.default_backend(), "devices": jax.device_count(), "attention": resolve_attention(cfg),
+            "attention_kernel": attention_kernel(cfg), "dtype": dtype, "context": context, "steps_per_call": per_call}
+    if with_hlo or info["attention_kernel"] == "fused (cuDNN)":
         info["hlo"] = engine._step.lower(state, batches[0]).compile().as_text()
+        if info["attention_kernel"] == "fused (cuDNN)" and "__cudnn$fmha" not in info["hlo"]:
+            info["attention_kernel"] = "fused (XLA: cuDNN refused it)"   # the label was a prediction: the program says
+        if not with_hlo:
+            del info["hlo"]
     if with_eval:
         info["perplexity"] = lambda tokens: engine.perplexity(state, tokens)
     return step, peak, info
