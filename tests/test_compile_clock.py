@@ -24,16 +24,22 @@ def test_an_experiment_prints_what_it_compiled_and_keeps_it(tmp_path, capsys):
     import json
 
     import jax.monitoring
-    from experiments import scaling
+    from attention_jax.harness.experiment import Experiment, Result
+
+    def run(ctx):   # two programs no other test compiles
+        for power in (3, 5):
+            jax.jit(lambda x: x ** power + 0.375)(jnp.arange(11.0)).block_until_ready()
+        return Result(rows=[], claims=[], tables={})
+
     seen = []     # an independent count of the programs compiled while the experiment runs
     listen = lambda event, duration, **_: seen.append(duration) if event == compile_clock.COMPILE else None
     jax.monitoring.register_event_duration_secs_listener(listen)
     try:
-        assert scaling.main(["--preset", "smoke", "--out", str(tmp_path)]) == 0
+        assert Experiment("clocked", "a probe", {"smoke": {}}, run).main(["--preset", "smoke", "--out", str(tmp_path)]) == 0
     finally:
         jax.monitoring.unregister_event_duration_listener(listen)
-    took = json.loads((tmp_path / "scaling" / "results.json").read_text())["time"]
-    assert took["programs"] == len(seen) > 0 and abs(took["compile_s"] - sum(seen)) < 0.01
+    took = json.loads((tmp_path / "clocked" / "results.json").read_text())["time"]
+    assert took["programs"] == len(seen) >= 2 and abs(took["compile_s"] - sum(seen)) < 0.01
     said = capsys.readouterr().out.strip().splitlines()
     assert said[-3] == f"{compile_clock.describe(took)}; {took['wall_s']:.1f} s in all" and said[-1].startswith("wrote ")
 
