@@ -76,6 +76,15 @@ def gather(out: pathlib.Path, names: list[str], failures: dict[str, str]) -> str
                                    for c in r["claims"]]
     for name, reason in failures.items():
         md += [f"- **{name}** did not finish: {reason}"]
+    timed = [dict(experiment=n, wall=r["time"]["wall_s"], programs=r["time"]["programs"],
+                  compile=r["time"]["compile_s"] + r["time"]["trace_and_lower_s"]) for n, r in results.items() if "time" in r]
+    if timed:     # what ran them, and how much of each run went into making XLA programs
+        from attention_jax.harness.platform import describe_backend
+        backend = next(r["backend"] for r in results.values() if "backend" in r)
+        md += ["", "## Where and how long", "", f"`{describe_backend(backend)}`", "",
+               report.format_table([("experiment", "experiment", ""), ("wall", "seconds", ".1f"),
+                                    ("programs", "XLA programs made here", "d"),
+                                    ("compile", "seconds making them", ".1f")], timed)]
     for name, r in results.items():
         table = (out / name / "table.md").read_text(encoding="utf-8").split("\n", 1)[1]
         md += ["", f"# {name}" + (f" (preset: {r.get('preset')})" if r.get("preset") else ""), table.strip(), ""]

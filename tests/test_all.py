@@ -23,6 +23,8 @@ def test_all_writes_one_report_with_every_table_claim_and_book_figure(tmp_path, 
     assert "## Claims:" in report and "pass" in report.split("## Claims:")[1].splitlines()[0]
     assert "![scaling: jacobian.png](scaling/jacobian.png)" in report and (tmp_path / "scaling" / "jacobian.png").exists()
     assert "plumbing check" in report                       # smoke says its figures mean nothing
+    where = report.split("## Where and how long")[1]         # what ran them, and each one's time
+    assert "`backend: cpu" in where and all(f" {name} |" in where for name in ("averaging", "scaling", "params"))
 
 
 def test_an_experiment_that_fails_is_reported_and_the_rest_still_run(tmp_path, capsys, monkeypatch):
