@@ -3,7 +3,8 @@
 `attention_jax.functional` holds the pure functions (masks, scores, softmax, attention,
 positions, norms); `attention_jax.model` composes them into Flax NNX modules driven by
 one `ModelConfig`; `attention_jax.inspect` looks inside them; `attention_jax.train` is
-the training engine every experiment uses.
+the training engine every experiment uses; `attention_jax.generate` writes text with a
+trained model.
 
 The names below load on first use, so `import attention_jax.config` (and a command
 line's `--help`) does not pay for importing JAX.
@@ -29,6 +30,7 @@ _EXPORTS = {
     "count_params": ("attention_jax.inspect", "count_params"),
     "capture_attention": ("attention_jax.inspect", "capture_attention"),
     "ablate": ("attention_jax.inspect", "ablate"),
+    "generate": ("attention_jax.generate", "generate"),
 }
 __all__ = list(_EXPORTS)
 

@@ -169,6 +169,18 @@ assert not jnp.allclose(blind, logits, atol=1e-3)
 assert jnp.allclose(model(tokens), logits, atol=1e-5)        # the ablation put the model back
 
 # %% [markdown]
+# What the one-block model writes, one token at a time from its own next-token distribution
+# (temperature 0.8; at the smoke preset, on a CPU, it has hardly trained).
+
+# %%
+from attention_jax.generate import generate  # noqa: E402
+
+tokenizer = load_tokenizer(corpus)
+ids = generate(model, tokenizer.encode("ROMEO:").ids, 60, key=jax.random.key(0), temperature=0.8)
+print(tokenizer.decode(ids.tolist()))
+assert tokenizer.decode(ids.tolist()).startswith("ROMEO:") and len(ids) == len(tokenizer.encode("ROMEO:").ids) + 60
+
+# %% [markdown]
 # ## 5. Inside a tiny GPT: switch parts off and watch what breaks
 #
 # The lecture's 109,056-parameter character-level GPT, trained on a small world the project

@@ -1,0 +1,73 @@
+"""attention_jax.generate: the compiled loop equals decoding by hand, past the context too, and
+each token is drawn from the model's own distribution."""
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+from flax import nnx
+
+from attention_jax.config import ModelConfig
+from attention_jax.errors import ConfigError, DataError
+from attention_jax.generate import generate, next_token
+from attention_jax.inspect import ablate
+from attention_jax.model import LanguageModel
+
+TINY = ModelConfig(vocab_size=37, context=8, d_model=32, n_layers=1, n_heads=4, positions="learned")
+
+
+@pytest.fixture(scope="module")
+def model():
+    m = LanguageModel(TINY, rngs=nnx.Rngs(3))
+    leaves, treedef = jax.tree.flatten(nnx.state(m, nnx.Param))   # sharp distributions: no argmax ties
+    keys = jax.random.split(jax.random.key(1), len(leaves))
+    nnx.update(m, jax.tree.unflatten(treedef, [0.5 * jax.random.normal(k, x.shape) for k, x in zip(keys, leaves)]))
+    return m
+
+
+def test_greedy_equals_decoding_by_hand_across_the_context_boundary(model):
+    prompt = [5, 1, 30]
+    got = generate(model, prompt, 12, temperature=0)      # 15 tokens through a context of 8
+    text, forward = list(prompt), nnx.jit(lambda m, x: m(x))
+    for _ in range(12):   # the model on the last `context` tokens, unpadded, argmax at the last position
+        window = np.asarray(text[-TINY.context:])[None]
+        text.append(int(np.asarray(forward(model, jnp.asarray(window)))[0, -1].argmax()))
+    assert got.dtype == np.int32 and got.tolist() == text
+    assert generate(model, prompt, 12, key=jax.random.key(0), top_k=1).tolist() == text   # top-1 = greedy
+
+
+def test_a_key_decides_the_draw(model):
+    a = generate(model, [2, 3], 20, key=jax.random.key(7), temperature=1.0)
+    assert a[:2].tolist() == [2, 3] and len(a) == 22 and ((0 <= a) & (a < TINY.vocab_size)).all()
+    assert generate(model, [2, 3], 20, key=jax.random.key(7)).tolist() == a.tolist()
+    assert generate(model, [2, 3], 20, key=jax.random.key(8)).tolist() != a.tolist()
+    assert generate(model, [2, 3], 0, temperature=0).tolist() == [2, 3]
+
+
+def test_draws_follow_the_softmax_at_the_temperature_and_top_k_keeps_the_k_likeliest():
+    logits = jnp.asarray([2.0, 1.0, 0.5, -1.0, 0.0])
+    keys = jax.random.split(jax.random.key(0), 20_000)
+    for temperature in (1.0, 0.5):
+        draws = jax.vmap(lambda k: next_token(logits, k, temperature))(keys)
+        freq = np.bincount(np.asarray(draws), minlength=5) / len(keys)
+        np.testing.assert_allclose(freq, jax.nn.softmax(logits / temperature), atol=0.015)
+    draws = np.asarray(jax.vmap(lambda k: next_token(logits, k, 1.0, top_k=2))(keys))
+    assert set(draws.tolist()) == {0, 1}
+    np.testing.assert_allclose((draws == 0).mean(), jax.nn.softmax(logits[:2])[0], atol=0.015)
+
+
+def test_what_cannot_be_generated_is_refused_in_one_line(model):
+    with pytest.raises(ConfigError, match="non-empty 1-D"):
+        generate(model, [], 3, temperature=0)
+    with pytest.raises(DataError, match="outside the vocabulary"):
+        generate(model, [TINY.vocab_size], 3, temperature=0)
+    for bad in ({"n": -1}, {"n": 2.5}, {"temperature": -1.0}, {"temperature": float("nan")}, {"top_k": 0},
+                {"top_k": TINY.vocab_size + 1}):
+        kw = {"n": 3, "temperature": 0.0, **bad}
+        with pytest.raises(ConfigError):
+            generate(model, [1], kw.pop("n"), key=jax.random.key(0), **kw)
+    with pytest.raises(ConfigError, match="needs a key"):
+        generate(model, [1], 3, temperature=1.0)
+    with ablate(model, bidirectional=True), pytest.raises(ConfigError, match="sees the future"):
+        generate(model, [1], 3, temperature=0)
+    assert generate(model, [1], 3, temperature=0).shape == (4,)     # the ablation put the mask back
