@@ -70,7 +70,7 @@ def generate(model, prompt, n: int, *, key=None, temperature: float = 1.0, top_k
     check_ids(prompt, vocab)
     if isinstance(n, bool) or not isinstance(n, (int, np.integer)) or n < 0:
         raise ConfigError(f"n={n!r}: the number of tokens to generate must be a whole number >= 0")
-    if not (isinstance(temperature, (int, float, np.number)) and math.isfinite(temperature) and temperature >= 0):
+    if not (isinstance(temperature, (int, float, np.integer, np.floating)) and math.isfinite(temperature) and temperature >= 0):
         raise ConfigError(f"temperature={temperature!r} must be a finite number >= 0 (0: greedy)")
     if top_k is not None and not (isinstance(top_k, (int, np.integer)) and 1 <= top_k <= vocab):
         raise ConfigError(f"top_k={top_k!r} must be a whole number from 1 to the vocabulary's {vocab}")
