@@ -78,12 +78,11 @@ def jax_contestant(batch: int, devices: int, loss_only: bool = False, attention:
             state, metrics = engine.steps(state, scanned)
         jax.block_until_ready(metrics)
 
-    def peak():
-        """The backend's own matmul rate in this dtype: 2048² on a CPU, 8192² on an accelerator.
-
-        Low precision accumulates in float32, as the model's dense layers do (`kernels._dot`).
-        """
-        n = 2048 if jax.default_backend() == "cpu" else 8192
+    def peak(n: int = 0):
+        """The backend's own matmul rate in this dtype: n² (default 2048² on a CPU, 8192² on an
+        accelerator). Low precision accumulates in float32, as the model's dense layers do
+        (`kernels._dot`)."""
+        n = n or (2048 if jax.default_backend() == "cpu" else 8192)
         a = jax.random.normal(jax.random.key(0), (n, n), jnp.float32).astype(dtype)   # not ones: a GPU multiplies constants faster
         f = jax.jit(lambda x: F.dense(x, x))
         f(a).block_until_ready()
@@ -131,8 +130,8 @@ def main(argv=None):
     print(json.dumps(info), flush=True)
     done = args.warmup
     for line in sys.stdin:
-        if line.strip() == "peak":
-            print(json.dumps({"peak_flops": peak() if peak else None}), flush=True)
+        if line.split()[:1] == ["peak"]:     # "peak" or "peak N": the matmul rate at N x N
+            print(json.dumps({"peak_flops": peak(*map(int, line.split()[1:])) if peak else None}), flush=True)
             continue
         times, per_call = [], info.get("steps_per_call", 1)
         for _ in range(int(line)):
@@ -173,7 +172,7 @@ def take_turns(rows: dict, p: dict, env=None) -> dict[str, dict]:
             info[name] = {"failed": True, "reason": reason(name)}
         for name in procs:
             if name.startswith("ours"):
-                info[name].update(ask(name, "peak"))
+                info[name].update(ask(name, f"peak {p.get('peak_size', 0)}"))
         times = {name: [] for name in procs}
         for _ in range(p["rounds"]):
             for name in procs:
