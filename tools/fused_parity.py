@@ -16,7 +16,6 @@ import sys
 
 import jax
 import jax.numpy as jnp
-import numpy as np
 
 from attention_jax import functional as F
 
