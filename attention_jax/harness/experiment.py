@@ -116,7 +116,7 @@ class Experiment:
         if self.shares_accelerator:   # before JAX first looks for devices, below
             os.environ.setdefault("XLA_PYTHON_CLIENT_PREALLOCATE", "false")
         from attention_jax.harness import compile_cache, compile_clock   # imports JAX: after --help
-        made = compile_clock.start()
+        mark = compile_clock.start()
         from attention_jax.harness.platform import backend_summary, check_backend, describe_backend
         kept = compile_cache.enable()     # before the first compile
         backend = backend_summary()       # printed now, and kept in results.json (what ran it, on which host)
@@ -142,7 +142,7 @@ class Experiment:
         with cli.exclusive(ctx.folder) if is_writer() else contextlib.nullcontext():
             result = self.run(ctx)
             result.name, result.preset = self.name, ctx.preset
-            made = {**compile_clock.since(made), "in_children": self.shares_accelerator}
+            made = {**compile_clock.since(mark), "in_children": self.shares_accelerator}
             result.extra = {"backend": backend, "time": {"wall_s": round(time.perf_counter() - started, 3), **made},
                             **result.extra}
             result.folder = report.publish(ctx.folder, result) if is_writer() else ctx.folder

@@ -125,9 +125,9 @@ def fit(engine: Engine, task: Task, *, seeds: Sequence[int] = (0,), workdir: str
     pending = []      # (first step, steps, metrics) still on the device: fetched together, so no step waits
 
     def flush():
-        for (first, n, stacked), m in zip([p[:3] for p in pending], to_host([p[3] for p in pending])):
-            for j in range(n):
-                step, mj = first + j, {key: v[j] for key, v in m.items()} if stacked else m
+        for (first, n), m in zip([p[:2] for p in pending], to_host([p[2] for p in pending])):
+            for j in range(n):   # a call of n > 1 steps stacked its metrics [n, ...]
+                step, mj = first + j, {key: v[j] for key, v in m.items()} if n > 1 else m
                 record = {"step": step, **{key: np.asarray(v).tolist() for key, v in mj.items()}}
                 if not np.all(np.isfinite(mj["loss"])):
                     raise TrainingDiverged(desc, step, f"the loss is {record['loss']}", tc.lr,
@@ -156,7 +156,7 @@ def fit(engine: Engine, task: Task, *, seeds: Sequence[int] = (0,), workdir: str
                 state, metrics = engine.steps(state, engine.shard_steps(
                     [[task.sample(s, i) for s in seeds] for i in range(step, step + n)]))
             done = step + n
-            pending.append((step + 1, n, n > 1, metrics))
+            pending.append((step + 1, n, metrics))
             saving = ckpt is not None and ckpt.due(done, since=step + 1)
             if done // tc.log_every > step // tc.log_every or done == tc.steps or saving or due(done):
                 flush()        # every saved or evaluated state has a finite loss behind it

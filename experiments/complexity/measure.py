@@ -28,8 +28,9 @@ from attention_jax import functional as F
 from attention_jax.config import ModelConfig
 from attention_jax.model import MultiHeadAttention
 
-# JAX reserves 75% of an accelerator's memory in the first process that touches it; the
-# parent and each child (which inherits this) must take only what they use.
+# JAX reserves 75% of an accelerator's memory in the first process that touches it: each child
+# takes only what it uses (the parent sets this before JAX starts, Experiment.shares_accelerator;
+# here for a child run on its own).
 os.environ.setdefault("XLA_PYTHON_CLIENT_PREALLOCATE", "false")
 from experiments.complexity import D_MODEL, N_HEADS, VARIANTS, matrix_bytes  # noqa: E402,F401
 

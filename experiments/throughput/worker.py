@@ -95,9 +95,10 @@ def jax_contestant(batch: int, devices: int, loss_only: bool = False, attention:
 
     info = {"backend": jax.default_backend(), "devices": jax.device_count(), "attention": resolve_attention(cfg),
             "attention_kernel": attention_kernel(cfg), "dtype": dtype, "context": context, "steps_per_call": per_call}
-    if with_hlo or info["attention_kernel"] == "fused (cuDNN)":
+    cudnn = info["attention"] == "fused" and F.fused_kernel(dtype, cfg.head_dim) == "cudnn"
+    if with_hlo or cudnn:
         info["hlo"] = engine._step.lower(state, batches[0]).compile().as_text()
-        if info["attention_kernel"] == "fused (cuDNN)" and "__cudnn$fmha" not in info["hlo"]:
+        if cudnn and "__cudnn$fmha" not in info["hlo"]:
             info["attention_kernel"] = "fused (XLA: cuDNN refused it)"   # the label was a prediction: the program says
         if not with_hlo:
             del info["hlo"]
