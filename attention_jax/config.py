@@ -18,12 +18,10 @@ MIXERS = ("none", "average", "head", "heads")
 POSITIONS = ("none", "learned", "sinusoidal", "rope", "alibi")
 NORMS = ("pre", "post")
 INITS = ("torch", "gpt2")
-# How attention is computed (the same numbers up to float rounding; tests compare them):
-# "reference": the functional core's masked softmax (scored in causal halves when causal);
-# "chunked": memory-efficient attention, O(T) memory, for contexts whose T×T matrix won't fit;
-# "fused": jax.nn.dot_product_attention (XLA's fused kernel; cuDNN's on a GPU in half precision);
-# "auto": what is fastest on the backend found (attention_jax.model.resolve_attention says which).
-ATTENTIONS = ("auto", "reference", "chunked", "fused")
+# How attention is computed (`attention_jax.backends`; the same numbers to float rounding):
+# the reference equation, its causal halves, chunks with an online softmax (O(T) memory), a
+# fused kernel, or "auto": causal_halves on a CPU, fused on a GPU/TPU.
+ATTENTIONS = ("auto", "reference", "causal_halves", "chunked", "fused")
 DTYPES = ("float32", "bfloat16")   # compute dtype; parameters and optimizer state stay float32
 
 
@@ -69,7 +67,7 @@ class ModelConfig:
     norm: str = "pre"                  # LayerNorm on each sub-layer's input, or after the add
     scale: bool = True                 # divide scores by √d_head
     dropout: float = 0.0               # attention weights, sub-layer outputs, embedding sum
-    attention: str = "auto"            # reference | chunked | fused | auto (see ATTENTIONS)
+    attention: str = "auto"            # see ATTENTIONS
     attention_chunk: int = 512         # the chunked backend's block of keys (and of queries)
     dtype: str = "float32"             # compute dtype: bfloat16 = mixed precision
     tie_embeddings: bool = False       # output layer reuses the token table
@@ -125,10 +123,10 @@ class ModelConfig:
         need(_whole(self.attention_chunk), f"attention_chunk={self.attention_chunk!r} must be a positive integer")
         if self.attention == "chunked":
             need(self.positions != "alibi", "attention='chunked' adds no bias to its scores, so it cannot do "
-                 "positions='alibi'; use attention='reference' or 'fused'")
+                 "positions='alibi'; use attention='reference', 'causal_halves' or 'fused'")
         if self.attention in ("chunked", "fused"):
             need(self.dropout == 0, f"attention={self.attention!r} has no dropout on its weights; use "
-                 "attention='reference' for dropout > 0")
+                 "attention='reference' or 'causal_halves' for dropout > 0")
         need(not (self.mixer == "head" and self.d_head not in (None, self.d_model)),
              "mixer='head' has no output projection, so d_head must equal d_model")
 

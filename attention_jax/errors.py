@@ -6,7 +6,7 @@ then exit with status 2; everything already written to disk stays there.
 import sys
 import threading
 
-# Set by a command line's SIGINT handler (attention_jax.harness.cli.catch_interrupts): a
+# Set by a command line's SIGINT handler (experiments.harness.cli.catch_interrupts): a
 # KeyboardInterrupt raised while XLA runs a callback of its own is printed as "ignored" and
 # lost, so the training loop also looks here at every step.
 STOP = threading.Event()

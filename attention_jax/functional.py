@@ -1,34 +1,25 @@
 """The functional core: attention and its parts as pure `jax.numpy` functions.
 
-Everything here takes arrays and returns arrays, works on any leading batch/head
-dimensions, and composes with `jit`, `vmap` and `grad`. The Flax modules in
-`attention_jax.model` are thin wrappers around these functions.
+Arrays in, arrays out, any leading batch/head axes, composable with `jit`, `vmap` and
+`grad`; the Flax modules in `attention_jax.model` are thin wrappers around them. Axis
+names in einsum strings: T query position, S key position, D feature.
 
-Axis names used in einsum strings: T = query position, S = key position, D = feature.
-
-Integer and bool inputs are promoted to float32, never truncated: weights in [0, 1] cast
-back to an integer type would be all zeros (or a one), a silently wrong answer. Float
-inputs keep their dtype; half precision is computed in float32 inside where it matters
-(the softmax, LayerNorm's statistics) and returned in half precision.
+Integer and bool inputs are promoted to float32, never truncated (weights in [0, 1] cast
+back to an integer would be zeros). Half precision is computed in float32 where it
+matters (the softmax, LayerNorm's statistics) and returned in half precision.
 """
 from __future__ import annotations
 
 import math
-import warnings
 
 import jax
 import jax.numpy as jnp
 
 from attention_jax.kernels import dense as _fast_dense
-from attention_jax.memory_efficient import memory_efficient_attention  # noqa: F401  (part of the API)
 
 
-def _floating(x) -> jax.Array:
-    """`x` as a float array: float dtypes untouched (no op at all), integer/bool -> float32.
-
-    Only non-float inputs are cast, so a float32 computation traces to exactly the
-    operations it did before this guard existed.
-    """
+def floating(x) -> jax.Array:
+    """`x` as a float array: float dtypes untouched (no op at all), integer/bool -> float32."""
     x = jnp.asarray(x)
     return x if jnp.issubdtype(x.dtype, jnp.inexact) else x.astype(jnp.float32)
 
@@ -40,13 +31,17 @@ def causal_mask(n: int) -> jax.Array:
     return jnp.tril(jnp.ones((n, n), dtype=bool))
 
 
-def attention_scores(q: jax.Array, k: jax.Array, *, scale: bool = True) -> jax.Array:
-    """q·kᵀ, divided by √d_k when `scale` (the variance argument: Var(q·k) = d_k).
+def attention_scores(q: jax.Array, k: jax.Array, *, scale: bool = True, bias: jax.Array | None = None) -> jax.Array:
+    """q·kᵀ, divided by √d_k when `scale` (Var(q·k) = d_k for unit-variance q, k), plus `bias` (ALiBi's).
 
-    Integer/bool q and k are promoted to float32 first, so the scores are float32 whether
-    or not they are scaled (and an integer product cannot overflow).
+    Integer/bool q and k are promoted to float32 first, so an integer product cannot overflow.
     """
-    q, k = _floating(q), _floating(k)
+    scores = _scores(q, k, scale)
+    return scores if bias is None else scores + bias
+
+
+def _scores(q, k, scale):
+    q, k = floating(q), floating(k)
     if jnp.result_type(q, k) == jnp.float16:
         # float16 tops out at 65,504: q·k can pass it where q·k/√d fits, so the product is
         # taken and scaled in float32 and only the score comes back in float16.
@@ -68,7 +63,7 @@ def masked_softmax(scores: jax.Array, mask: jax.Array | None = None) -> jax.Arra
     back to an integer would be truncated to 0). `mask` is a mask, whatever its dtype:
     nonzero/True means "may attend".
     """
-    scores = _floating(scores)
+    scores = floating(scores)
     dtype = scores.dtype
     s = scores.astype(jnp.promote_types(dtype, jnp.float32))
     if mask is not None:
@@ -82,12 +77,7 @@ def masked_softmax(scores: jax.Array, mask: jax.Array | None = None) -> jax.Arra
 
 
 def attention_weights(q, k, *, mask=None, bias=None, scale: bool = True) -> jax.Array:
-    """Softmax(q·kᵀ/√d + bias) with `mask` applied after the bias (ALiBi adds a bias).
-
-    Float weights always: integer/bool q and k are promoted to float32 (`attention_scores`).
-    The weights keep the scores' dtype: a float32 bias (ALiBi's) is added in float32, and
-    half-precision scores are normalised in float32 anyway (`masked_softmax`).
-    """
+    """softmax(q·kᵀ/√d + bias) under `mask`, in the scores' dtype (a float32 bias is added in float32)."""
     scores = attention_scores(q, k, scale=scale)
     dtype = scores.dtype
     if bias is not None:
@@ -95,115 +85,16 @@ def attention_weights(q, k, *, mask=None, bias=None, scale: bool = True) -> jax.
     return masked_softmax(scores, mask).astype(dtype)
 
 
+def mix(weights: jax.Array, v: jax.Array) -> jax.Array:
+    """weights [..., T, S] · v [..., S, D]: each position's weighted average of the values."""
+    return jnp.einsum("...TS,...SD->...TD", weights, floating(v))
+
+
 def attention(q, k, v, *, mask=None, bias=None, scale: bool = True, return_weights: bool = False):
-    """Score, mask, normalise, mix: the weighted average of the values.
-
-    Integer/bool q, k, v are promoted to float32 (a weighted average of integers is not
-    an integer); float inputs keep their dtype.
-    """
+    """Score, mask, normalise, mix: `mix(attention_weights(q, k, ...), v)`, and the weights on request."""
     w = attention_weights(q, k, mask=mask, bias=bias, scale=scale)
-    out = jnp.einsum("...TS,...SD->...TD", w, _floating(v))
+    out = mix(w, v)
     return (out, w) if return_weights else out
-
-
-def causal_attention(q, k, v, *, bias=None, scale: bool = True, dropout=None, return_weights: bool = False):
-    """Causal softmax(q·kᵀ/√d + bias)·v over [..., T, D], `attention_weights` semantics, in halves.
-
-    Under the causal mask the first half of the queries never sees the second half of the
-    keys, so the two query halves are scored apart and the all-masked quarter of the T×T
-    scores (weights exactly exp(-inf) = 0) is never computed: the same numbers as one masked
-    softmax up to float32 rounding (tests compare them), ~8% off a CPU training step.
-
-    Returns (out, weights): weights [..., T, T] before dropout when `return_weights`, else
-    None. `dropout` (a callable, e.g. nnx.Dropout) is applied to each half's weights.
-    Integer/bool q, k, v are promoted to float32, as in `attention`.
-    """
-    q, k, v = _floating(q), _floating(k), _floating(v)
-    T = q.shape[-2]
-    if k.shape[-2] != T or v.shape[-2] != T:
-        raise ValueError(f"causal_attention is self-attention over one window: {T} queries need {T} keys and "
-                         f"values, got {k.shape[-2]} and {v.shape[-2]}; use attention(q, k, v, mask=...) otherwise")
-    mask, h = causal_mask(T), T // 2
-    halves = [(slice(0, h), slice(0, h)), (slice(h, T), slice(0, T))] if h else [(slice(0, T),) * 2]
-    weights, outs = [], []
-    for rows, cols in halves:
-        w = attention_weights(q[..., rows, :], k[..., cols, :], mask=mask[rows, cols],
-                                bias=None if bias is None else bias[..., rows, cols], scale=scale)
-        weights.append(w)
-        outs.append(jnp.einsum("...TS,...SD->...TD", w if dropout is None else dropout(w), v[..., cols, :]))
-    full = None
-    if return_weights:   # the skipped quarter is exactly zero
-        full = jnp.concatenate([jnp.pad(w, [(0, 0)] * (w.ndim - 1) + [(0, T - w.shape[-1])]) for w in weights],
-                               axis=-2)
-    return jnp.concatenate(outs, axis=-2), full
-
-
-def fused_kernel(dtype, head_dim: int, backend: str | None = None, capability: float | None = None) -> str:
-    """The kernel `fused_attention` asks `jax.nn.dot_product_attention` for: "cudnn" or "xla".
-
-    cuDNN's flash attention where it exists: an NVIDIA GPU of compute capability 8.0 or later
-    (Ampere, Hopper, ...; a T4's 7.5 has none: cuDNN finds no engine when XLA compiles, too
-    late to fall back), float16/bfloat16 operands, a head dimension that is a multiple of 8
-    up to 128. Anywhere else (a CPU, a TPU, an AMD GPU, float32) XLA's own attention, which
-    XLA fuses as it compiles. Chosen here because JAX does not: `implementation=None` means
-    XLA's on every backend (jax 0.10: "defaults to XLA for now"). `capability`: the GPU's,
-    read from this process's first device when not given (an AMD GPU's, e.g. "gfx90a", is no
-    number: no cuDNN there).
-    """
-    backend = backend or jax.default_backend()
-    half = jnp.dtype(dtype) in (jnp.dtype(jnp.float16), jnp.dtype(jnp.bfloat16))
-    if backend not in ("gpu", "cuda") or not half or head_dim % 8 or head_dim > 128:
-        return "xla"
-    if capability is None and jax.default_backend() == "gpu":
-        try:
-            capability = float(getattr(jax.local_devices()[0], "compute_capability", ""))
-        except ValueError:
-            return "xla"
-    return "xla" if capability is not None and capability < 8.0 else "cudnn"
-
-
-def fused_attention(q, k, v, *, bias=None, causal: bool = True, scale: bool = True, implementation=None):
-    """`attention` by `jax.nn.dot_product_attention`: cuDNN's flash kernel on a GPU, else XLA's.
-
-    Takes our layout [..., H, T, D] (heads before positions; [T, D] is one head) and returns
-    it; the fused function wants [B, T, H, D]. `bias` [H or 1, T, S] is added before the
-    causal mask, as in `attention_weights`. Integer inputs are promoted to float32.
-    `implementation=None`: `fused_kernel` chooses (and XLA's takes a bias over an odd number
-    of positions, whose gradient cuDNN refuses only later, as JAX differentiates); should
-    cuDNN refuse the call as JAX traces it (no cuDNN found, a shape it does not take), XLA's
-    kernel computes it instead, with a warning naming the reason. "cudnn" or "xla" asks for
-    that kernel alone.
-    """
-    q, k, v = _floating(q), _floating(k), _floating(v)
-    one_head = q.ndim == 2
-    if one_head:
-        q, k, v = q[None], k[None], v[None]
-    common = jnp.result_type(q, k, v)            # the fused kernel wants one dtype for all three
-    T, S = q.shape[-2], k.shape[-2]
-    kernel = implementation or fused_kernel(common, q.shape[-1])
-    if implementation is None and bias is not None and (T % 2 or S % 2):
-        kernel = "xla"
-    # XLA's CPU backend has no float16 product with a float32 result, which JAX's attention asks for
-    compute = jnp.float32 if kernel == "xla" and common == jnp.float16 and jax.default_backend() == "cpu" else common
-    q, k, v = q.astype(compute), k.astype(compute), v.astype(compute)
-    lead = q.shape[:-3]
-    to_bthd = lambda x: jnp.swapaxes(x.reshape((-1,) + x.shape[-3:]), -3, -2)   # [B, T, H, D]
-    b = None if bias is None else jnp.broadcast_to(bias, (q.shape[-3], T, S))[None].astype(compute)
-
-    def attend(kernel):
-        return jax.nn.dot_product_attention(to_bthd(q), to_bthd(k), to_bthd(v), bias=b, scale=None if scale else 1.0,
-                                            is_causal=causal, implementation=kernel)
-
-    try:
-        out = attend(kernel)
-    except (RuntimeError, NotImplementedError, ValueError) as e:   # JAX's own checks, made as it traces
-        if implementation is not None or kernel == "xla":
-            raise
-        out = attend("xla")     # a call XLA's kernel refuses too was wrong to begin with: its error, no warning
-        warnings.warn(f"cuDNN's attention kernel refused this call ({type(e).__name__}: {e}); "
-                      "XLA's computes it instead", RuntimeWarning, stacklevel=2)
-    out = jnp.swapaxes(out, -3, -2).reshape(lead + out.shape[-3:-1][::-1] + out.shape[-1:]).astype(common)
-    return out[0] if one_head else out
 
 
 def uniform_causal_weights(n: int) -> jax.Array:
@@ -218,7 +109,7 @@ def softmax_jacobian(scores: jax.Array, mask: jax.Array | None = None) -> jax.Ar
     saturates on one entry, which is why unscaled scores freeze a head at initialisation.
     Integer/bool scores are promoted to float32 (a derivative needs float inputs).
     """
-    scores = _floating(scores)
+    scores = floating(scores)
     n = scores.shape[-1]
     row_jacobian = jax.jacobian(lambda row, m: masked_softmax(row, m))
     flat = scores.reshape(-1, n)
@@ -249,7 +140,7 @@ def apply_rope(x: jax.Array, positions: jax.Array | None = None, *, base: float 
     Rotating q and k by the same rule makes q_t·k_i depend on t - i only, and a
     rotation keeps every vector's norm.
     """
-    x = _floating(x)                        # integer features rotated and cast back would be truncated
+    x = floating(x)                        # integer features rotated and cast back would be truncated
     n, d = x.shape[-2], x.shape[-1]
     if d % 2:
         raise ValueError(f"apply_rope needs an even feature size, got {d}")
@@ -300,7 +191,7 @@ def dense(x: jax.Array, kernel: jax.Array, bias: jax.Array | None = None) -> jax
     """x·W (+ b) on the last axis, every projection; backward by hand (attention_jax.kernels).
 
     Integer/bool inputs are promoted to float32 (an integer product would be truncated)."""
-    return _fast_dense(_floating(x), _floating(kernel), None if bias is None else _floating(bias))
+    return _fast_dense(floating(x), floating(kernel), None if bias is None else floating(bias))
 
 
 def layer_norm(x: jax.Array, scale: jax.Array, bias: jax.Array | None, eps: float = 1e-5) -> jax.Array:
@@ -309,7 +200,7 @@ def layer_norm(x: jax.Array, scale: jax.Array, bias: jax.Array | None, eps: floa
     Statistics in float32 for half-precision x, returned in x's dtype; integer/bool x is
     promoted to float32 (normalised values cast back to integers would be truncated).
     """
-    x = _floating(x)
+    x = floating(x)
     x32 = x.astype(jnp.promote_types(x.dtype, jnp.float32))
     mean = jnp.mean(x32, axis=-1, keepdims=True)
     var = jnp.mean(jnp.square(x32 - mean), axis=-1, keepdims=True)

@@ -16,12 +16,14 @@ from __future__ import annotations
 
 import contextlib
 import fnmatch
+import warnings
 from typing import Callable, Iterable, Mapping
 
 import jax
 import jax.numpy as jnp
 from flax import nnx
 
+from attention_jax import backends
 from attention_jax.config import ModelConfig
 from attention_jax.errors import ConfigError
 from attention_jax.model import Bidirectional, Head, Hook, LanguageModel, MultiHeadAttention
@@ -105,7 +107,6 @@ def _hook_paths(model, patterns: Iterable[str] | None) -> dict[str, str]:
 
 class Record(Hook):
     """Sows the value passing through (after the hook it replaced: a patch stays in force), for `nnx.capture`."""
-    needs_full_scores = True
 
     def __init__(self, inner: Hook | None = None):
         self.inner = inner or Hook()
@@ -118,7 +119,6 @@ class Record(Hook):
 
 class Patch(Hook):
     """Returns fn(value) instead of the value (applied after the hook it replaced)."""
-    needs_full_scores = True
 
     def __init__(self, fn: Callable, inner: Hook | None = None):
         self.fn, self.inner = fn, inner or Hook()
@@ -127,10 +127,43 @@ class Patch(Hook):
         return self.fn(self.inner(x))
 
 
+class ReferenceSwitch(UserWarning):
+    """A hook on scores or weights made a block compute attention by the reference equation."""
+
+
+def attention_forms(model) -> dict[str, str]:
+    """How each attention block computes (`attention_jax.backends`), by path: {"blocks.0.mixer": "causal_halves"}."""
+    return {p: select(model, p).form for p in _attention_paths(model)}
+
+
+@contextlib.contextmanager
+def use_form(model, form: str = "reference"):
+    """Every attention block computes by `form` inside the block (no notice: asked for), then as before."""
+    if form not in backends.FORMS:
+        raise ConfigError(f"unknown attention form {form!r}; choose one of {', '.join(backends.FORMS)}")
+    with replaced(model, {f"{p}.form": form for p in _attention_paths(model)}):
+        yield model
+
+
+def _reference_for(model, names) -> dict[str, str]:
+    """The form swaps that hooks on scores or weights need: only the reference form computes them.
+
+    Says so in one line (a `ReferenceSwitch` warning); the numbers are the same to float rounding."""
+    forms = attention_forms(model)
+    needed = {n.rsplit(".", 1)[0] for n in names if n.rsplit(".", 1)[-1] in ("scores", "weights")}
+    switch = sorted(p for p in needed if forms.get(p, "reference") != "reference")
+    if switch:
+        warnings.warn(f"{', '.join(f'{p} ({forms[p]})' for p in switch)}: scores and weights exist only in the "
+                      "reference form, so this call computes that attention by the reference equation",
+                      ReferenceSwitch, stacklevel=3)
+    return {f"{p}.form": "reference" for p in switch}
+
+
 def run_with_cache(model: LanguageModel, tokens, names: str | Iterable[str] | None = None):
     """(logits, {name: value}) for every hook point (or those matching `names`, fnmatch patterns)."""
     paths = _hook_paths(model, names)
-    with replaced(model, {path: Record(select(model, path)) for path in paths.values()}):
+    parts = {path: Record(select(model, path)) for path in paths.values()}
+    with replaced(model, {**parts, **_reference_for(model, paths)}):
         logits, sown = nnx.capture(model, nnx.Intermediate)(tokens)
     cache = {}
     for path, var in nnx.to_flat_state(sown):
@@ -152,7 +185,8 @@ def patched(model, patches: Mapping[str, Callable]):
                 raise ConfigError(f"hook point {name!r} is matched by two patches ({chosen[name][2]!r} and "
                                   f"{pattern!r}); give it one")
             chosen[name] = (path, fn, pattern)
-    with replaced(model, {path: Patch(fn, select(model, path)) for path, fn, _ in chosen.values()}):
+    parts = {path: Patch(fn, select(model, path)) for path, fn, _ in chosen.values()}
+    with replaced(model, {**parts, **_reference_for(model, chosen)}):
         yield model
 
 

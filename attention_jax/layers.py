@@ -1,11 +1,9 @@
 """The parts every model is built of: projections, norms, dropout, and the points inspection swaps.
 
 `Dense` and `LayerNorm` hold float32 parameters and call the functional core; with a
-compute dtype (mixed precision) `Dense` multiplies in it. `Hook` is an identity at a named
-point of the forward pass and `CausalMask` the mask attention applies: both exist to be
-swapped by `attention_jax.inspect` (record a value, patch it, see the future), never to
-change a training step. `resolve_attention` says which attention backend a config runs
-with here, and `check_ids` refuses token ids outside the vocabulary.
+compute dtype (mixed precision) `Dense` multiplies in it. `Hook` (an identity at a named
+point) and `CausalMask` exist to be swapped by `attention_jax.inspect`; `check_ids` refuses
+token ids outside the vocabulary.
 """
 from __future__ import annotations
 
@@ -71,30 +69,6 @@ def _compute_dtype(config: ModelConfig):
     return None if config.dtype == "float32" else jnp.dtype(config.dtype)
 
 
-def resolve_attention(config: ModelConfig, backend: str | None = None) -> str:
-    """The attention backend a config runs with: its own choice, or for "auto" the fastest here.
-
-    On a CPU the reference path (causal halves): measured fastest at the chapter's context
-    (`python -m experiments.throughput --attention reference,chunked,fused`: chunked 1.07x,
-    fused 1.06x its time). On a GPU/TPU the fused one (`attention_kernel` says which kernel),
-    the usual winner there; no accelerator was available to measure it.
-    """
-    if config.attention != "auto":
-        return config.attention
-    backend = backend or jax.default_backend()
-    return "fused" if backend in ("gpu", "cuda", "rocm", "tpu") and config.dropout == 0 else "reference"
-
-
-def attention_kernel(config: ModelConfig, backend: str | None = None) -> str:
-    """What computes a config's attention, in words: its backend and, for "fused", the kernel
-    `F.fused_kernel` asks JAX for (cuDNN's flash attention on an NVIDIA GPU in half precision)."""
-    chosen = resolve_attention(config, backend)
-    if chosen == "fused":
-        kernel = F.fused_kernel(config.dtype, config.head_dim, backend)
-        return f"fused ({'cuDNN' if kernel == 'cudnn' else 'XLA'})"
-    return {"reference": "reference (causal halves)", "chunked": f"chunked ({config.attention_chunk} positions a chunk)"}[chosen]
-
-
 def _dropout(config: ModelConfig, rngs: nnx.Rngs):
     return nnx.Dropout(config.dropout, rngs=rngs) if config.dropout > 0 else None
 
@@ -102,13 +76,7 @@ def _dropout(config: ModelConfig, rngs: nnx.Rngs):
 # --- points to look at and parts to swap ------------------------------------------------
 
 class Hook(nnx.Module):
-    """An identity at a named point of the forward pass; inspection swaps it for one that records or patches.
-
-    `needs_full_scores`: whether the attention around it must compute every score (the
-    fast causal path skips the all-masked quarter, so a hook on scores or weights that
-    records or changes them asks for the reference path).
-    """
-    needs_full_scores = False
+    """An identity at a named point of the forward pass; inspection swaps it for one that records or patches."""
 
     def __call__(self, x):
         return x

@@ -17,12 +17,12 @@ from __future__ import annotations
 import jax.numpy as jnp
 from flax import nnx
 
+from attention_jax import backends
 from attention_jax import functional as F
 from attention_jax.config import ModelConfig
 from attention_jax.errors import ConfigError
 from attention_jax.layers import (  # noqa: F401  (Hook, masks, check_ids: part of the model's API)
-    Bidirectional, CausalMask, Dense, Hook, LayerNorm, _dense, _compute_dtype, _dropout, _embed_init, check_ids,
-    attention_kernel, resolve_attention)
+    Bidirectional, CausalMask, Dense, Hook, LayerNorm, _dense, _compute_dtype, _dropout, _embed_init, check_ids)
 
 # --- context mixers --------------------------------------------------------------------------
 
@@ -36,13 +36,15 @@ class UniformAverage(nnx.Module):
 class _Attention(nnx.Module):
     """What a head does after its projections: positions, score, mask, normalise, mix.
 
+    `form` is how (`attention_jax.backends`): "reference" runs the equation below with its
+    hook points; the faster forms compute the same numbers in one call and have no scores
+    or weights to show (`inspect` switches a hooked block to the reference form, saying so).
     Hook points, each [B, H, T, ·]: q, k, v (after RoPE), scores (scaled, plus the ALiBi
-    bias, before the mask), weights (after the softmax, before dropout), z (each head's
-    output, the weighted average of its values).
+    bias, before the mask), weights (after the softmax, before dropout), z (each head's output).
     """
 
     def _hooks(self):
-        self.backend = resolve_attention(self.config)
+        self.form = backends.resolve(self.config)
         self.mask = CausalMask()
         self.hook_q, self.hook_k, self.hook_v = Hook(), Hook(), Hook()
         self.hook_scores, self.hook_weights, self.hook_z = Hook(), Hook(), Hook()
@@ -53,19 +55,16 @@ class _Attention(nnx.Module):
             q, k = F.apply_rope(q, base=cfg.rope_base), F.apply_rope(k, base=cfg.rope_base)
         q, k, v = self.hook_q(q), self.hook_k(k), self.hook_v(v)
         bias = F.alibi_bias(q.shape[-3], T) if cfg.positions == "alibi" else None
-        if not self.mask.causal or self.hook_scores.needs_full_scores or self.hook_weights.needs_full_scores:
-            out = None     # a swapped mask, or scores/weights to record or patch: every score is needed
-        elif self.backend == "chunked":        # never builds the T×T matrix: O(T) memory
-            out = F.memory_efficient_attention(q, k, v, causal=True, chunk_size=cfg.attention_chunk, scale=cfg.scale)
-        elif self.backend == "fused":
-            out = F.fused_attention(q, k, v, bias=bias, causal=True, scale=cfg.scale)
-        else:   # F.attention_weights under the causal mask, minus its all-masked quarter.
-            out, _ = F.causal_attention(q, k, v, bias=bias, scale=cfg.scale, dropout=self.weight_dropout)
-        if out is None:   # the reference path, one masked softmax over every score
-            scores = F.attention_scores(q, k, scale=cfg.scale)
-            scores = self.hook_scores(scores if bias is None else scores + bias)
+        if self.form == "reference":
+            scores = self.hook_scores(F.attention_scores(q, k, scale=cfg.scale, bias=bias))
             w = self.hook_weights(F.masked_softmax(scores, self.mask(T)))
-            out = jnp.einsum("...TS,...SD->...TD", w if self.weight_dropout is None else self.weight_dropout(w), v)
+            out = F.mix(w if self.weight_dropout is None else self.weight_dropout(w), v)
+        else:   # the faster forms know two masks only, by the flag `causal`
+            if type(self.mask) not in (CausalMask, Bidirectional):
+                raise ConfigError(f"a {type(self.mask).__name__} is applied by the reference form only; run the "
+                                  "model inside attention_jax.inspect.use_form(model)")
+            out = backends.form(cfg, self.form)(q, k, v, bias=bias, causal=self.mask.causal, scale=cfg.scale,
+                                                dropout=self.weight_dropout)
         return self.hook_z(out)
 
 

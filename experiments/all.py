@@ -14,7 +14,7 @@ import json
 import pathlib
 
 from attention_jax.errors import UserError
-from attention_jax.harness import cli, report
+from experiments.harness import cli, report
 
 # The chapter's order: averaging, scaling, the ladder, positions, √d, norms, cost, the toy, the lecture.
 EXPERIMENTS = ["averaging", "scaling", "params", "parity", "ladder", "positions", "scale_ablation", "norms",
@@ -79,7 +79,7 @@ def gather(out: pathlib.Path, names: list[str], failures: dict[str, str]) -> str
     timed = [dict(experiment=n, wall=r["time"]["wall_s"], programs=r["time"]["programs"],
                   compile=r["time"]["compile_s"] + r["time"]["trace_and_lower_s"]) for n, r in results.items() if "time" in r]
     if timed:     # what ran them, and how much of each run went into making XLA programs
-        from attention_jax.harness.platform import describe_backend
+        from experiments.harness.platform import describe_backend
         backend = next(r["backend"] for r in results.values() if "backend" in r)
         md += ["", "## Where and how long", "", f"`{describe_backend(backend)}`", "",
                report.format_table([("experiment", "experiment", ""), ("wall", "seconds", ".1f"),

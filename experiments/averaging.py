@@ -11,8 +11,8 @@ from __future__ import annotations
 
 import numpy as np
 
-from attention_jax.harness import report
-from attention_jax.harness.experiment import Experiment, Result
+from experiments.harness import report
+from experiments.harness.experiment import Experiment, Result
 
 NAME = "averaging"
 # Every preset is cheap; smoke only shrinks the window so tests take milliseconds.

@@ -12,8 +12,8 @@ from __future__ import annotations
 import dataclasses
 import functools
 
-from attention_jax.harness import report
-from attention_jax.harness.experiment import Experiment, Result
+from experiments.harness import report
+from experiments.harness.experiment import Experiment, Result
 from experiments.configs import LADDER, LADDER_BASE, LADDER_BUDGETS
 from experiments.plots import curves
 
@@ -95,7 +95,7 @@ def ladder_figure(records: list[dict], title: str):
 
 
 def run(ctx) -> Result:
-    from attention_jax.harness.tables import TextTable   # loads the corpus: after the flags are checked
+    from experiments.harness.tables import TextTable   # loads the corpus: after the flags are checked
     table = TextTable.open(ctx)
     records, previous = [], None
     for row in ROWS:

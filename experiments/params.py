@@ -10,8 +10,8 @@ from __future__ import annotations
 import dataclasses
 
 from attention_jax.config import GPT2_SMALL, ModelConfig
-from attention_jax.harness import report
-from attention_jax.harness.experiment import Experiment, Result
+from experiments.harness import report
+from experiments.harness.experiment import Experiment, Result
 from experiments.configs import LADDER, TINY_GPT
 
 NAME = "params"

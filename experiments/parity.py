@@ -11,8 +11,8 @@ order, in float32. The book does not give its shapes; we use batch 2, 64 tokens,
 from __future__ import annotations
 
 from attention_jax.config import ModelConfig
-from attention_jax.harness import report
-from attention_jax.harness.experiment import Experiment, Result
+from experiments.harness import report
+from experiments.harness.experiment import Experiment, Result
 
 NAME = "parity"
 PRESETS = {
@@ -29,7 +29,7 @@ def run(ctx) -> Result:
     from flax import nnx
 
     from attention_jax import functional as F
-    from attention_jax import torch_ref   # torch is the oracle: imported only here
+    from experiments import torch_ref   # torch is the oracle: imported only here
     from attention_jax.model import MultiHeadAttention
     p = ctx.settings
     torch = torch_ref.import_torch()

@@ -9,7 +9,7 @@ from typing import Sequence
 
 import numpy as np
 
-from attention_jax.harness import report
+from experiments.harness import report
 
 
 def integer_steps(ax) -> None:

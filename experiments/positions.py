@@ -11,8 +11,8 @@ import dataclasses
 
 import numpy as np
 
-from attention_jax.harness import report
-from attention_jax.harness.experiment import Experiment, Result
+from experiments.harness import report
+from experiments.harness.experiment import Experiment, Result
 from experiments.configs import LADDER_BUDGETS, ONE_BLOCK
 
 TRAIN_LENGTH, LENGTHS = 64, (64, 128, 256)
@@ -82,7 +82,7 @@ def figure(records: list[dict], title: str):
 
 
 def run(ctx) -> Result:
-    from attention_jax.harness.tables import TextTable
+    from experiments.harness.tables import TextTable
     table = TextTable.open(ctx, longest=max(LENGTHS))
     records = []
     for name, cfg in ROWS:

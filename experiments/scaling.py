@@ -12,8 +12,8 @@ from __future__ import annotations
 import functools
 import time
 
-from attention_jax.harness import report
-from attention_jax.harness.experiment import Experiment, Result
+from experiments.harness import report
+from experiments.harness.experiment import Experiment, Result
 
 NAME = "scaling"
 WIDTHS = (4, 16, 64, 256, 1024)

@@ -76,7 +76,7 @@ if importlib.util.find_spec("attention_jax") is None:        # not installed yet
 
 import jax  # noqa: E402
 
-from attention_jax.harness.platform import backend_summary, check_backend  # noqa: E402
+from experiments.harness.platform import backend_summary, check_backend  # noqa: E402
 
 print(backend_summary())
 assert check_backend() is None, check_backend()              # a CUDA plugin installed but JAX on the CPU
@@ -143,7 +143,7 @@ assert PRESET == "smoke" or sum(c["passed"] for c in result.claims) >= 7, result
 
 # %%
 from attention_jax.data import load_tokenizer, load_tokens, resolve_corpus, train_val_split  # noqa: E402
-from attention_jax.harness import rows  # noqa: E402
+from experiments.harness import rows  # noqa: E402
 from attention_jax.inspect import ablate, run_with_cache  # noqa: E402
 
 record = next(r for r in result.rows if r["name"] == "layer_norm")

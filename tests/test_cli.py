@@ -9,7 +9,7 @@ import time
 import pytest
 
 from attention_jax.errors import ConfigError
-from attention_jax.harness import cli
+from experiments.harness import cli
 
 REPO = pathlib.Path(__file__).resolve().parents[1]
 EXPERIMENTS = ["ladder", "positions", "averaging", "scaling", "params", "parity", "complexity", "throughput"]
@@ -111,7 +111,7 @@ def test_an_interrupt_python_must_ignore_prints_no_traceback():
     code = """
 import weakref
 from attention_jax.errors import STOP
-from attention_jax.harness import cli
+from experiments.harness import cli
 cli.catch_interrupts()
 class Thing: pass
 def interrupted(ref): raise KeyboardInterrupt          # where the SIGINT handler's raise lands

@@ -7,7 +7,7 @@ import sys
 
 import pytest
 
-from attention_jax.harness import compile_cache
+from experiments.harness import compile_cache
 
 REPO = pathlib.Path(__file__).resolve().parents[1]
 JAX_ENV = ("JAX_COMPILATION_CACHE_DIR", "JAX_PERSISTENT_CACHE_MIN_COMPILE_TIME_SECS",
@@ -36,7 +36,7 @@ def test_the_cache_lives_in_the_cache_folder_unless_told_otherwise(monkeypatch, 
 def test_a_folder_it_cannot_make_or_write_leaves_the_cache_off(tmp_path):
     code = f"""
 import os, jax
-from attention_jax.harness import compile_cache
+from experiments.harness import compile_cache
 os.environ["ATTENTION_JAX_CACHE"] = {str(tmp_path / "a file")!r}     # a file where the folder should be
 open(os.environ["ATTENTION_JAX_CACHE"], "w").close()
 made = compile_cache.enable()
@@ -66,7 +66,7 @@ def test_only_a_programs_entries_that_no_longer_decompress_are_removed(tmp_path)
 # What an experiment's command does first (harness.experiment), then one compiled program.
 PROBE = """
 import jax, jax.numpy as jnp
-from attention_jax.harness import compile_cache
+from experiments.harness import compile_cache
 hits = []
 jax.monitoring.register_event_listener(lambda event, **kw: hits.append(event))
 folder = compile_cache.enable()

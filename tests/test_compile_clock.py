@@ -1,9 +1,9 @@
-"""attention_jax.harness.compile_clock: the programs a run made and the seconds they took."""
+"""experiments.harness.compile_clock: the programs a run made and the seconds they took."""
 
 import jax
 import jax.numpy as jnp
 
-from attention_jax.harness import compile_clock
+from experiments.harness import compile_clock
 
 
 def test_a_new_program_is_counted_once_and_a_reused_one_not_at_all():
@@ -24,7 +24,7 @@ def test_an_experiment_prints_what_it_compiled_and_keeps_it(tmp_path, capsys):
     import json
 
     import jax.monitoring
-    from attention_jax.harness.experiment import Experiment, Result
+    from experiments.harness.experiment import Experiment, Result
 
     def run(ctx):   # two programs no other test compiles
         for power in (3, 5):

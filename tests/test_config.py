@@ -207,7 +207,7 @@ def test_replace_validates_train_config_again():
 
 
 @pytest.mark.parametrize("change, needle", [
-    ({"attention": "flash"}, "attention='flash'; choose one of auto, reference, chunked, fused"),
+    ({"attention": "flash"}, "attention='flash'; choose one of auto, reference, causal_halves, chunked, fused"),
     ({"attention": "chunked", "positions": "alibi"}, "cannot do positions='alibi'"),
     ({"attention": "fused", "dropout": 0.1}, "has no dropout on its weights"),
     ({"dtype": "float16"}, "dtype='float16'; choose one of float32, bfloat16"),

@@ -1,7 +1,6 @@
 """The functional core: parity with torch in numbers, and the properties the chapter states."""
 
 import math
-import warnings
 
 import chex
 import jax
@@ -260,11 +259,6 @@ def test_attention_of_integer_inputs_equals_its_float32_version(scale, rng):
     assert out.dtype == w.dtype == jnp.float32
     np.testing.assert_array_equal(out, want_out)
     np.testing.assert_array_equal(w, want_w)
-    out, w = F.causal_attention(q, k, v, scale=scale, return_weights=True)
-    want_out, want_w = F.causal_attention(*f32, scale=scale, return_weights=True)
-    assert out.dtype == w.dtype == jnp.float32
-    np.testing.assert_array_equal(out, want_out)
-    np.testing.assert_array_equal(w, want_w)
 
 
 def test_integer_products_do_not_overflow_before_the_softmax():
@@ -290,7 +284,6 @@ def test_float_inputs_keep_their_dtype(rng):
         q, k, v = (jnp.asarray(normal(rng, 4, 4), dtype) for _ in range(3))
         assert F.masked_softmax(q).dtype == dtype
         assert F.attention(q, k, v, scale=False).dtype == dtype
-        assert F.causal_attention(q, k, v)[0].dtype == dtype
         assert F.layer_norm(q, jnp.ones(4, dtype), None).dtype == dtype
 
 
@@ -388,10 +381,6 @@ def test_layer_norm_keeps_half_precision_dtype(rng):
     chex.assert_trees_all_close(jnp.mean(y.astype(jnp.float32), -1), jnp.zeros(3), atol=2e-2)
 
 
-def test_memory_efficient_attention_is_part_of_the_functional_api():
-    assert F.memory_efficient_attention is memory_efficient_attention
-
-
 # --- dtypes at the edges (found by an API audit) ---------------------------------------------
 
 def test_dense_and_rope_promote_integer_inputs_rather_than_truncate():
@@ -408,9 +397,7 @@ def test_float16_scores_are_taken_in_float32_where_the_product_overflows():
     q = (jax.random.normal(jax.random.key(0), (1, 2, 7, 64)) * 40).astype(jnp.float16)
     assert float(jnp.max(jnp.abs(jnp.einsum("...td,...sd->...ts", q.astype(jnp.float32), q.astype(jnp.float32))))) > 65504
     out = F.attention(q, q, q, mask=F.causal_mask(7))
-    half, _ = F.causal_attention(q, q, q)
-    assert out.dtype == half.dtype == jnp.float16
-    assert bool(jnp.isfinite(out).all()) and bool(jnp.isfinite(half).all())
+    assert out.dtype == jnp.float16 and bool(jnp.isfinite(out).all())
     want = memory_efficient_attention(q, q, q, causal=True)          # float32 inside
     np.testing.assert_allclose(np.asarray(out, np.float32), np.asarray(want, np.float32), atol=2e-2, rtol=2e-2)
 
@@ -421,12 +408,7 @@ def test_half_precision_attention_with_a_float32_bias_stays_half(dtype):
     bias = F.alibi_bias(2, 5)
     assert bias.dtype == jnp.float32
     assert F.attention(q, q, q, mask=F.causal_mask(5), bias=bias).dtype == dtype
-    assert F.causal_attention(q, q, q, bias=bias)[0].dtype == dtype
     assert F.attention_weights(q, q, mask=F.causal_mask(5), bias=bias).dtype == dtype
-    fused = jax.jit(lambda q: F.fused_attention(q, q, q, bias=bias))(q)   # float16: XLA's CPU has no f16·f16->f32
-    assert fused.dtype == dtype
-    np.testing.assert_allclose(np.asarray(fused, np.float32), np.asarray(F.causal_attention(q, q, q, bias=bias)[0], np.float32),
-                               atol=2e-2)
 
 
 def test_edge_sizes_are_answered_or_refused_in_words():
@@ -435,48 +417,3 @@ def test_edge_sizes_are_answered_or_refused_in_words():
         F.alibi_slopes(0)
     with pytest.raises(ValueError, match="chunks of at least one position"):
         memory_efficient_attention(jnp.ones((4, 2)), jnp.ones((4, 2)), jnp.ones((4, 2)), chunk_size=0)
-    for keys in (3, 5):           # causal self-attention over one window: as many keys as queries
-        with pytest.raises(ValueError, match="4 queries need 4 keys"):
-            F.causal_attention(jnp.ones((4, 2)), jnp.ones((keys, 2)), jnp.ones((keys, 2)))
-    mixed = F.fused_attention(jnp.ones((1, 2, 4, 8), jnp.int32), jnp.ones((1, 2, 4, 8), jnp.float16),
-                              jnp.ones((1, 2, 4, 8), jnp.float16))
-    assert mixed.dtype == jnp.float32          # one common dtype for the fused kernel
-    q = jax.random.normal(jax.random.key(2), (37, 16))                  # [T, D]: no head axis, like the others
-    np.testing.assert_allclose(F.fused_attention(q, q, q), F.attention(q, q, q, mask=F.causal_mask(37)), atol=1e-6)
-
-
-def test_the_fused_kernel_is_cudnn_only_for_half_precision_on_an_nvidia_gpu():
-    # JAX's implementation=None is XLA's attention everywhere; cuDNN's flash kernel must be asked for.
-    assert F.fused_kernel(jnp.bfloat16, 32, "gpu") == F.fused_kernel(jnp.float16, 128, "gpu", 9.0) == "cudnn"
-    assert F.fused_kernel(jnp.bfloat16, 32, "gpu", 8.0) == "cudnn"
-    assert F.fused_kernel(jnp.bfloat16, 32, "gpu", 7.5) == "xla"       # a T4: no flash kernel in cuDNN
-    assert F.fused_kernel(jnp.float32, 32, "gpu") == "xla"             # cuDNN's flash kernel is half precision only
-    assert F.fused_kernel(jnp.bfloat16, 12, "gpu") == "xla"            # head dim not a multiple of 8
-    assert F.fused_kernel(jnp.bfloat16, 136, "gpu") == "xla"           # nor above 128
-    assert F.fused_kernel(jnp.bfloat16, 32, "tpu") == F.fused_kernel(jnp.bfloat16, 32, "cpu") == "xla"
-
-
-@pytest.mark.parametrize("found, kernel", [("9.0", "cudnn"), ("8.6", "cudnn"), ("7.5", "xla"), ("gfx90a", "xla")])
-def test_the_fused_kernel_reads_the_gpus_compute_capability(monkeypatch, found, kernel):
-    class GPU:   # what jax.local_devices() gives on a GPU: an NVIDIA's capability, or an AMD's (ROCm) name
-        compute_capability = found
-    monkeypatch.setattr(jax, "default_backend", lambda: "gpu")
-    monkeypatch.setattr(jax, "local_devices", lambda *a, **kw: [GPU()])
-    assert F.fused_kernel(jnp.bfloat16, 32) == kernel
-
-
-def test_a_cudnn_refusal_while_tracing_falls_back_to_xla_with_a_warning(monkeypatch, rng):
-    q, k, v = (jnp.asarray(normal(rng, 2, 4, 16, 8), jnp.bfloat16) for _ in range(3))
-    want = F.fused_attention(q, k, v, bias=F.alibi_bias(4, 16), implementation="xla")
-    monkeypatch.setattr(F, "fused_kernel", lambda *a, **kw: "cudnn")   # as on a GPU; this CPU has no cuDNN
-    with pytest.warns(RuntimeWarning, match="cuDNN's attention kernel refused this call .*cuDNN is not detected"):
-        got = jax.jit(lambda q, k, v: F.fused_attention(q, k, v, bias=F.alibi_bias(4, 16)))(q, k, v)
-    np.testing.assert_array_equal(np.asarray(got, np.float32), np.asarray(want, np.float32))
-    with pytest.raises(RuntimeError, match="cuDNN is not detected"):   # asked for by name: no fallback
-        F.fused_attention(q, k, v, implementation="cudnn")
-    with warnings.catch_warnings():
-        warnings.simplefilter("error")     # no warning: XLA's kernel is chosen up front for ...
-        odd = q[..., :15, :]               # ... a bias over an odd number of positions (cuDNN's gradient refuses it)
-        F.fused_attention(odd, odd, odd, bias=F.alibi_bias(4, 15))
-        with pytest.raises(ValueError):    # a call that is wrong whatever the kernel: its own error, no cuDNN warning
-            F.fused_attention(q, k[..., :4], v)

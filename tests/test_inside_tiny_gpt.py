@@ -17,7 +17,7 @@ from attention_jax import model as model_lib
 from attention_jax.config import ModelConfig
 from attention_jax.data import tiny_world as tw
 from attention_jax.errors import ConfigError
-from attention_jax.harness import report
+from experiments.harness import report
 from attention_jax.inspect import ablate, run_with_cache
 from experiments import inside_tiny_gpt as E
 

@@ -136,7 +136,7 @@ def test_a_learning_rate_that_diverges_stops_the_row_in_one_line_and_caches_noth
 
 
 def test_a_second_run_on_the_same_out_is_refused_while_the_first_holds_it(tmp_path, capsys):
-    from attention_jax.harness import cli
+    from experiments.harness import cli
     with cli.exclusive(tmp_path / "ladder"):
         assert ladder.main([*SMOKE, "--rows", "no_context", "--out", str(tmp_path)]) == 2
     err = capsys.readouterr().err.strip()

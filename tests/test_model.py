@@ -14,7 +14,7 @@ from attention_jax import functional as F
 from attention_jax.config import MIXERS, POSITIONS, ModelConfig
 from attention_jax.inspect import Record, replaced
 from attention_jax.model import Block, Head, LanguageModel, MultiHeadAttention, UniformAverage
-from attention_jax.torch_ref import TwinBlock as TorchBlock, TwinLM as TorchLM, as_torch as _t, torch_mha
+from experiments.torch_ref import TwinBlock as TorchBlock, TwinLM as TorchLM, as_torch as _t, torch_mha
 
 torch.set_num_threads(1)
 
@@ -58,7 +58,8 @@ def test_multi_head_attention_matches_torch_multihead_attention(qkv_bias, bias, 
 def test_sown_attention_weights_match_torch_per_head_weights(parity):
     mha = randomize(MultiHeadAttention(config(qkv_bias=True), rngs=nnx.Rngs(0)))
     x = hidden()
-    with replaced(mha, {"hook_weights": Record()}):                    # the hook point, swapped for a recorder
+    # the hook point swapped for a recorder, in the form that computes weights
+    with replaced(mha, {"hook_weights": Record(), "form": "reference"}):
         _, sown = nnx.capture(mha, nnx.Intermediate)(x)
     weights = sown["hook_weights"]["value"].get_value()[0]             # sow keeps a tuple of the calls' values
     _, theirs = torch_mha(mha)(_t(x), _t(x), _t(x), attn_mask=FUTURE, need_weights=True, average_attn_weights=False)
@@ -220,61 +221,7 @@ def test_dropout_is_random_in_train_mode_and_deterministic_after_eval():
     chex.assert_trees_all_close(model(idx), model(idx), atol=0)
 
 
-# --- attention backends and mixed precision ---------------------------------------------------
-
-@pytest.mark.parametrize("backend", ["chunked", "fused"])
-@pytest.mark.parametrize("mixer, positions", [("heads", "learned"), ("heads", "rope"), ("head", "rope"),
-                                              ("heads", "alibi"), ("heads", "none")])
-def test_every_attention_backend_equals_the_reference_forward_and_gradients(backend, mixer, positions):
-    if backend == "chunked" and positions == "alibi":
-        pytest.skip("refused at construction (test_the_chunked_backend_refuses_a_bias)")
-    cfg = config(mixer=mixer, positions=positions, attention="reference", attention_chunk=4)   # T=8: two chunks
-    ref = randomize(LanguageModel(cfg, rngs=nnx.Rngs(0)))
-    other = LanguageModel(dataclasses.replace(cfg, attention=backend), rngs=nnx.Rngs(1))
-    nnx.update(other, nnx.state(ref, nnx.Param))                                       # the same weights
-    assert other.blocks[0].mixer.backend == backend and ref.blocks[0].mixer.backend == "reference"
-    idx = tokens()
-
-    @nnx.jit   # one compile per model, not one per operation (eager on CPU compiles each op)
-    def logits_and_grads(m):
-        def loss(m):
-            logits = m(idx)
-            return jnp.mean(jax.nn.log_softmax(logits)[..., 0]), logits
-        grads, logits = nnx.grad(loss, has_aux=True)(m)
-        return logits, nnx.state(grads, nnx.Param)
-
-    (got, got_grads), (want, want_grads) = logits_and_grads(other), logits_and_grads(ref)
-    chex.assert_trees_all_close(got, want, atol=2e-5)
-    chex.assert_trees_all_close(got_grads, want_grads, atol=2e-5)
-
-
-def test_auto_is_reference_on_a_cpu_and_fused_on_an_accelerator():
-    from attention_jax.model import resolve_attention
-    cfg = config(attention="auto")
-    assert resolve_attention(cfg, "cpu") == "reference"
-    assert resolve_attention(cfg, "gpu") == resolve_attention(cfg, "tpu") == "fused"
-    assert resolve_attention(dataclasses.replace(cfg, dropout=0.1), "gpu") == "reference"   # fused has no dropout
-    assert resolve_attention(config(attention="chunked"), "gpu") == "chunked"
-
-
-def test_the_attention_kernel_is_named_as_the_run_reports_it():
-    from attention_jax.model import attention_kernel
-    cfg = config(attention="auto")
-    assert attention_kernel(cfg, "cpu") == "reference (causal halves)"
-    assert attention_kernel(cfg, "gpu") == attention_kernel(cfg, "tpu") == "fused (XLA)"   # float32
-    assert attention_kernel(dataclasses.replace(cfg, dtype="bfloat16"), "gpu") == "fused (cuDNN)"
-    assert attention_kernel(dataclasses.replace(cfg, dtype="bfloat16"), "tpu") == "fused (XLA)"
-    assert attention_kernel(config(attention="chunked", attention_chunk=16), "gpu") == "chunked (16 positions a chunk)"
-
-
-def test_a_recorded_attention_takes_the_reference_path_whatever_the_backend():
-    from attention_jax.inspect import run_with_cache
-    cfg = config(attention="chunked", attention_chunk=4)
-    model = LanguageModel(cfg, rngs=nnx.Rngs(0))
-    logits, cache = run_with_cache(model, tokens(), names="blocks.0.mixer.weights")
-    chex.assert_shape(cache["blocks.0.mixer.weights"], (B, 4, T, T))
-    chex.assert_trees_all_close(logits, model(tokens()), atol=2e-5)
-
+# --- mixed precision ------------------------------------------------------------------------
 
 def test_bfloat16_computes_in_half_precision_and_keeps_float32_parameters():
     cfg = config(dtype="bfloat16")

@@ -13,7 +13,7 @@ from flax import nnx
 
 from attention_jax.config import ModelConfig
 from attention_jax.errors import ConfigError
-from attention_jax.harness import report
+from experiments.harness import report
 from attention_jax.model import LanguageModel
 from experiments import norms
 

@@ -8,7 +8,7 @@ import sys
 
 import pytest
 
-from attention_jax.harness import platform
+from experiments.harness import platform
 
 REPO = pathlib.Path(__file__).resolve().parents[1]
 
@@ -133,7 +133,7 @@ def test_host_cpu_names_the_bfloat16_matrix_units(cpuinfo, units, said, monkeypa
 
 
 def test_importing_platform_does_not_import_jax():
-    code = ("import sys, attention_jax.harness.platform; "
+    code = ("import sys, experiments.harness.platform; "
             "print(sorted(m for m in ('jax', 'jaxlib', 'flax') if m in sys.modules))")
     out = subprocess.run([sys.executable, "-c", code], cwd=REPO, capture_output=True, text=True, check=True)
     assert out.stdout.strip() == "[]"
@@ -160,7 +160,7 @@ def test_an_impossible_arena_count_is_one_clear_error_from_the_command_line(monk
     with pytest.raises(platform.ConfigError, match=platform.ARENAS_ENV):
         platform.malloc_arenas()
     import experiments.params
-    from attention_jax.harness import cli
+    from experiments.harness import cli
     monkeypatch.setattr(cli, "catch_interrupts", lambda: None)
     monkeypatch.setattr(sys, "argv", ["params", "--preset", "smoke"])
     assert experiments.params.EXPERIMENT.main() == 2
@@ -176,7 +176,7 @@ def test_only_the_norms_table_declares_big_programs():
 
 
 def test_mallopt_applies_here_and_can_be_turned_off(monkeypatch):
-    code = "from attention_jax.harness.platform import apply_mallopt; print(apply_mallopt())"
+    code = "from experiments.harness.platform import apply_mallopt; print(apply_mallopt())"
     on = subprocess.run([sys.executable, "-c", code], cwd=REPO, capture_output=True, text=True, check=True)
     off = subprocess.run([sys.executable, "-c", code], cwd=REPO, capture_output=True, text=True, check=True,
                          env={**os.environ, platform.MALLOPT_ENV: "0"})
@@ -188,7 +188,7 @@ def test_a_command_line_run_tunes_malloc_for_its_programs(monkeypatch, name, big
     """`python -m experiments.<name>` applies the tuning before anything else, with its own arena count."""
     import importlib
 
-    from attention_jax.harness import cli, experiment
+    from experiments.harness import cli, experiment
     asked = []
     monkeypatch.setattr(experiment, "apply_mallopt", lambda big_programs=False: asked.append(big_programs))
     monkeypatch.setattr(cli, "catch_interrupts", lambda: None)
@@ -213,7 +213,7 @@ def test_a_backend_jax_cannot_start_is_one_clear_error(platforms, tmp_path):
 def test_an_experiment_that_shares_the_accelerator_reserves_none_of_it_up_front(tmp_path, monkeypatch):
     """JAX reserves 75% of a GPU's memory when a process first looks for it: the throughput and
     complexity parents look before their children take turns on it, so they must not."""
-    from attention_jax.harness.experiment import Experiment, Result
+    from experiments.harness.experiment import Experiment, Result
     from experiments import complexity, throughput
     assert throughput.EXPERIMENT.shares_accelerator and complexity.EXPERIMENT.shares_accelerator
     seen = {}

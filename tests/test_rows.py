@@ -8,8 +8,8 @@ import json
 import numpy as np
 import pytest
 
-from attention_jax.harness import rows
-from attention_jax.harness.tables import held_out
+from experiments.harness import rows
+from experiments.harness.tables import held_out
 from attention_jax.train import text_task
 from experiments import ladder
 from experiments.configs import by_name, LADDER

@@ -8,7 +8,7 @@ import re
 import numpy as np
 import pytest
 
-from attention_jax.harness import report
+from experiments.harness import report
 from experiments import scale_ablation as sa
 
 T = 128

@@ -62,7 +62,7 @@ def test_a_file_that_cannot_be_a_corpus_is_one_line_and_exit_2(tmp_path, content
 
 def test_only_the_smoke_preset_reads_a_slice_of_the_held_out_split():
     import numpy as np
-    from attention_jax.harness.tables import SMOKE_VAL_TOKENS, held_out
+    from experiments.harness.tables import SMOKE_VAL_TOKENS, held_out
     val = np.arange(46_000)
     assert held_out(val, "cpu") is val and held_out(val, "paper") is val
     np.testing.assert_array_equal(held_out(val, "smoke"), val[:SMOKE_VAL_TOKENS])    # the first tokens, in order

@@ -102,33 +102,6 @@ def test_bfloat16_dense_equals_float32_on_the_same_rounded_numbers(lead, n_in, n
         np.testing.assert_allclose(np.asarray(g, np.float32), np.asarray(e), rtol=1e-2, atol=2e-2)
 
 
-@pytest.mark.parametrize("T, with_bias", [(1, False), (7, True), (16, False)])
-def test_attention_in_causal_halves_equals_one_masked_softmax(T, with_bias, rng):
-    q, k, v = (rng.standard_normal((2, 3, T, 8)).astype(np.float32) for _ in range(3))
-    bias = F.alibi_bias(3, T) if with_bias else None
-
-    def plain(q, k, v):
-        w = F.attention_weights(q, k, mask=F.causal_mask(T), bias=bias)
-        return jnp.einsum("...TS,...SD->...TD", w, v), w
-
-    def halves(q, k, v):
-        return F.causal_attention(q, k, v, bias=bias, return_weights=True)
-
-    (out, w), (ref_out, ref_w) = jax.jit(halves)(q, k, v), jax.jit(plain)(q, k, v)
-    chex.assert_trees_all_close((out, w), (ref_out, ref_w), atol=1e-6)
-    assert np.all(np.asarray(w)[..., np.triu_indices(T, 1)[0], np.triu_indices(T, 1)[1]] == 0.0)
-    grad = lambda f: jax.jit(jax.grad(lambda *a: jnp.sum(jnp.cos(f(*a)[0])), (0, 1, 2)))(q, k, v)
-    chex.assert_trees_all_close(grad(halves), grad(plain), atol=1e-5)
-
-
-def test_a_fully_masked_half_gives_zero_weights_not_nan():
-    q = k = v = jnp.ones((1, 4, 2))
-    attend = jax.jit(lambda q, k, v: F.causal_attention(q, k, v, bias=jnp.full((4, 4), -jnp.inf),
-                                                               return_weights=True))
-    out, w = attend(q, k, v)
-    assert np.all(np.isfinite(np.asarray(out))) and np.all(np.asarray(w) == 0.0)
-
-
 def test_a_contestant_that_fails_is_reported_with_its_reason_not_a_traceback(capfd):
     from experiments.throughput.worker import take_turns
     got = take_turns({"broken": (["jax", "--no-such-flag"], {}, "-")},

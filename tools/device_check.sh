@@ -62,7 +62,7 @@ cp "$RESULTS/ladder/table.md" "$OUT/ladder_table.md" 2>/dev/null
 cp "$RESULTS/ladder/results.json" "$OUT/ladder_results.json" 2>/dev/null
 
 start=$(date +%s)
-python3 -m experiments.throughput --preset "$PRESET" --no-torch --attention reference,chunked,fused \
+python3 -m experiments.throughput --preset "$PRESET" --no-torch --attention causal_halves,reference,chunked,fused \
   --dtype float32,bfloat16 --json --out "$RESULTS" 2>&1 | tee "$OUT/throughput.log"
 throughput_status=${PIPESTATUS[0]}
 echo "throughput --preset $PRESET: exit $throughput_status, $(( $(date +%s) - start )) s wall" | tee -a "$OUT/throughput.log"

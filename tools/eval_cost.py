@@ -8,7 +8,7 @@ worker.jax_contestant`; after 3 warm-up steps, mean of 10) and one `Engine.perpl
 cpu ladder's 9 evaluations a row would cost as a share of its training. README ("More than
 one process") quotes it: the evaluation windows are split over the devices like a batch.
 """
-from attention_jax.harness.platform import apply_mallopt
+from experiments.harness.platform import apply_mallopt
 
 apply_mallopt()   # before JAX starts threads, as every command does
 

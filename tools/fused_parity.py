@@ -3,7 +3,7 @@
     python tools/fused_parity.py
 
 For float32, bfloat16 and float16 operands, with and without an ALiBi bias: the kernel
-`F.fused_kernel` chooses on this backend, whether the compiled program really calls cuDNN
+`backends.fused_kernel` chooses on this backend, whether the compiled program really calls cuDNN
 (its `__cudnn$fmha` custom call in the HLO: exit 1 when the kernel chosen is not the one
 that runs), and the largest difference from the reference
 attention computed in float32 (`F.attention` under the causal mask), forward and in the
@@ -17,6 +17,7 @@ import sys
 import jax
 import jax.numpy as jnp
 
+from attention_jax import backends
 from attention_jax import functional as F
 
 TOLERANCE = {"float32": 1e-4, "bfloat16": 5e-2, "float16": 1e-2}   # of |diff| / max |reference|
@@ -36,7 +37,7 @@ def check(dtype: str, with_bias: bool, B=4, H=4, T=128, D=32) -> bool:
     def loss(fn):   # a fixed projection of the output, so every input gets a gradient
         return lambda q, k, v: (fn(q, k, v).astype(jnp.float32) * g).sum()
 
-    fused = lambda q, k, v: F.fused_attention(q, k, v, bias=bias)
+    fused = lambda q, k, v: backends.fused(q, k, v, bias=bias)
     ref = lambda q, k, v: reference(q, k, v, bias)
     grad_fused = jax.jit(jax.value_and_grad(loss(fused), argnums=(0, 1, 2)))
     args = cast(q, k, v)
@@ -46,7 +47,7 @@ def check(dtype: str, with_bias: bool, B=4, H=4, T=128, D=32) -> bool:
     out_diff /= float(jnp.abs(ref(*args)).max())
     grad_diff = max(float(jnp.abs(a.astype(jnp.float32) - b.astype(jnp.float32)).max() / jnp.abs(b.astype(jnp.float32)).max())
                     for a, b in zip(got, want))
-    kernel, called = F.fused_kernel(dtype, D), "__cudnn$fmha" in hlo    # cuDNN's attention custom calls
+    kernel, called = backends.fused_kernel(dtype, D), "__cudnn$fmha" in hlo    # cuDNN's attention custom calls
     ok = out_diff <= TOLERANCE[dtype] and grad_diff <= TOLERANCE[dtype] and called == (kernel == "cudnn")
     print(f"{dtype:9} bias={'alibi' if with_bias else 'none ':5}  kernel {kernel:5}  "
           f"cuDNN attention in the program: {'yes' if called else 'no ':3}  "

@@ -11,7 +11,7 @@ device time than this, so it sets the pace; README ("Train: the engine and its m
 quotes it for one step per call (a CPU's default) and for several (a GPU/TPU's).
 Medians of `--repeats` runs after one run that compiles.
 """
-from attention_jax.harness.platform import apply_mallopt
+from experiments.harness.platform import apply_mallopt
 
 apply_mallopt()   # before JAX starts threads, as every command does
 

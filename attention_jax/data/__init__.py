@@ -23,7 +23,7 @@ else ~/.cache/attention_jax):
     tinyshakespeare.txt
     bpe-<first 16 hex of the corpus sha256>-v<vocab>/tokenizer.json
     bpe-<first 16 hex of the corpus sha256>-v<vocab>/tokens.npy
-    jax-compilation/   (the experiments' compiled programs: attention_jax.harness.compile_cache)
+    jax-compilation/   (the experiments' compiled programs: experiments.harness.compile_cache)
 
 Deleting the cache folder is always safe: everything in it is rebuilt on demand.
 

@@ -14,8 +14,8 @@ import time
 import numpy as np
 
 from attention_jax.errors import ConfigError
-from attention_jax.harness import cli, report
-from attention_jax.harness.experiment import Experiment, Result
+from experiments.harness import cli, report
+from experiments.harness.experiment import Experiment, Result
 
 D_MODEL, N_HEADS = 512, 8
 VARIANTS = ("naive", "naive_bwd", "memeff", "memeff_bwd")

@@ -24,7 +24,6 @@ import jax
 import jax.numpy as jnp
 from flax import nnx
 
-from attention_jax import functional as F
 from attention_jax.config import ModelConfig
 from attention_jax.model import MultiHeadAttention
 
@@ -36,33 +35,24 @@ from experiments.complexity import D_MODEL, N_HEADS, VARIANTS, matrix_bytes  # n
 
 
 def layer_functions(chunk_size: int = 512) -> tuple[object, dict]:
-    """(params, {name: f(params, x)}): our MultiHeadAttention's projections around the naive
-    attention (F.attention) and around the memory-efficient one, the projections alone, and
-    both layers' gradients."""
-    config = ModelConfig(d_model=D_MODEL, n_heads=N_HEADS, mixer="heads", positions="none")
-    graphdef, params = nnx.split(MultiHeadAttention(config, rngs=nnx.Rngs(0)))
+    """(params, {name: f(params, x)}): our MultiHeadAttention computing by the reference equation
+    (one masked softmax over all n×n scores: the chapter's naive attention) and by chunks (the
+    memory-efficient form), the projections alone, and both layers' gradients. One set of weights."""
+    def layer(form):
+        config = ModelConfig(d_model=D_MODEL, n_heads=N_HEADS, mixer="heads", positions="none", attention=form,
+                             attention_chunk=chunk_size)
+        return nnx.split(MultiHeadAttention(config, rngs=nnx.Rngs(0)))
 
-    def heads(m, x):                              # [B, T, D] -> q, k, v, each [B, H, T, D_head]
-        qkv = m.qkv(x).reshape(*x.shape[:-1], 3, N_HEADS, D_MODEL // N_HEADS)
-        return jnp.moveaxis(qkv, (-3, -2), (0, -3))
-
-    def merge_heads(m, out):                      # [B, H, T, D_head] -> W_o -> [B, T, D]
-        return m.out(jnp.swapaxes(out, -3, -2).reshape(*out.shape[:-3], out.shape[-2], D_MODEL))
-
-    def naive(p, x):                              # the chapter's attention: one masked softmax over all n×n
-        m = nnx.merge(graphdef, p)                # scores, on every backend (the model's own path would
-        q, k, v = heads(m, x)                     # skip the causal quarter, or be a fused kernel)
-        return merge_heads(m, F.attention(q, k, v, mask=F.causal_mask(x.shape[-2])))
-
-    def memeff(p, x):
-        m = nnx.merge(graphdef, p)
-        q, k, v = heads(m, x)
-        return merge_heads(m, F.memory_efficient_attention(q, k, v, causal=True, chunk_size=chunk_size))
+    (reference, params), (chunked, _) = layer("reference"), layer("chunked")
+    naive = lambda p, x: nnx.merge(reference, p)(x)
+    memeff = lambda p, x: nnx.merge(chunked, p)(x)
 
     def projections(p, x):                        # attention replaced by a sum: all three
-        m = nnx.merge(graphdef, p)                # projections used, nothing of size n×n
-        q, k, v = heads(m, x)
-        return merge_heads(m, q + k + v)
+        m = nnx.merge(reference, p)               # projections used, nothing of size n×n
+        qkv = m.qkv(x).reshape(*x.shape[:-1], 3, N_HEADS, D_MODEL // N_HEADS)
+        q, k, v = jnp.moveaxis(qkv, (-3, -2), (0, -3))
+        out = q + k + v
+        return m.out(jnp.swapaxes(out, -3, -2).reshape(*out.shape[:-3], out.shape[-2], D_MODEL))
 
     fns = {"naive": naive, "memeff": memeff, "projections": projections}
     backward = lambda f: jax.grad(lambda p, x: f(p, x).sum(), argnums=(0, 1))   # params and input

@@ -19,7 +19,7 @@ fact-completion accuracy, beside the lecture's figures.
 """
 from __future__ import annotations
 
-from attention_jax.harness.experiment import Experiment
+from experiments.harness.experiment import Experiment
 from experiments.inside_tiny_gpt.ablations import ablation_claims, ablation_list, head_mask, run_ablations
 from experiments.inside_tiny_gpt.anatomy import demo_params, forward_check, param_parts, raw_forward, residual_norms
 from experiments.inside_tiny_gpt.attention import ascii_heatmap, attention_demo, heatmap_figure, sqrt_d_random

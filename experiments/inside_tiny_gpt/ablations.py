@@ -4,7 +4,7 @@ from __future__ import annotations
 import math
 
 from attention_jax.config import ModelConfig
-from attention_jax.harness import report
+from experiments.harness import report
 from experiments.inside_tiny_gpt.constants import LECTURE
 from experiments.inside_tiny_gpt.evaluate import compiled, greedy_accuracy, model_bits, teacher_forced_accuracy
 

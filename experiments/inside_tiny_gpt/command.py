@@ -6,8 +6,8 @@ import functools
 import math
 
 from attention_jax.errors import ConfigError
-from attention_jax.harness import report
-from attention_jax.harness.experiment import Result
+from experiments.harness import report
+from experiments.harness.experiment import Result
 from experiments.inside_tiny_gpt.ablations import ablation_claims, ablation_list, run_ablations
 from experiments.inside_tiny_gpt.anatomy import demo_params, forward_check, residual_norms
 from experiments.inside_tiny_gpt.attention import (
@@ -29,7 +29,7 @@ def run(ctx) -> Result:
     from attention_jax import functional as F
     from attention_jax.data import eval_windows
     from attention_jax.data import tiny_world as tw
-    from attention_jax.harness import rows as row_cache
+    from experiments.harness import rows as row_cache
     pm = functools.partial(row_cache.fmt, spec=".3f")     # mean ± std over the seeds
     args, tc = ctx.args, ctx.settings
     if args.corpus or args.data:

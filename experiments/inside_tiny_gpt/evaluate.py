@@ -21,7 +21,7 @@ def compiled():
     """
     import jax.numpy as jnp
     from flax import nnx
-    from attention_jax.inspect import patched, replaced, run_with_cache
+    from attention_jax.inspect import patched, replaced, run_with_cache, use_form
     from attention_jax.model import CausalMask
 
     class PrefixMask(CausalMask):
@@ -42,12 +42,13 @@ def compiled():
     @nnx.jit
     def forward_prefix(model, x, n):
         masks = {f"blocks.{i}.mixer.mask": PrefixMask(n) for i in range(len(model.blocks))}
-        with replaced(model, masks):
+        with replaced(model, masks), use_form(model):     # a mask of its own: the reference form applies it
             return model(x)
 
     @nnx.jit
     def cache(model, x):
-        return run_with_cache(model, x, ["embed", "positions", "blocks.*", "ln_final"])
+        with use_form(model):                            # scores and weights: the reference form
+            return run_with_cache(model, x, ["embed", "positions", "blocks.*", "ln_final"])
 
     @nnx.jit
     def forward_heads(model, x, keep):

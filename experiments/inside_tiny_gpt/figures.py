@@ -3,7 +3,7 @@ from __future__ import annotations
 
 import math
 
-from attention_jax.harness import report
+from experiments.harness import report
 from experiments.inside_tiny_gpt.constants import CONFIG, LECTURE, SQRT_D_KEYS
 
 

@@ -15,7 +15,7 @@ LayerNorm after each residual add and has no final one.
 """
 from __future__ import annotations
 
-from attention_jax.harness.experiment import Experiment
+from experiments.harness.experiment import Experiment
 from experiments.norms.command import check_warmup, claims, flags, init_claims, run
 from experiments.norms.constants import (BASE, BOOK_INIT, BOOK_PPL, CONFIGS, DEPTH, N_LAYERS, NORMS, PRESETS, PROBE,
                                          PROBE_SEED, ROWS, model_config)

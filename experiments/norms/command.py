@@ -4,9 +4,9 @@ from __future__ import annotations
 import dataclasses
 
 from attention_jax.errors import ConfigError
-from attention_jax.harness import report
-from attention_jax.harness.cli import positive_int
-from attention_jax.harness.experiment import Result
+from experiments.harness import report
+from experiments.harness.cli import positive_int
+from experiments.harness.experiment import Result
 from experiments.norms.constants import (BASE, BOOK_INIT, BOOK_PPL, DEPTH, N_LAYERS, NORMS, PROBE, PROBE_SEED, ROWS,
                                          model_config)
 from experiments.norms.figures import early_figure, init_figure
@@ -57,7 +57,7 @@ def check_warmup(names, warmup: int, steps: int) -> int:
 
 
 def run(ctx) -> Result:
-    from attention_jax.harness.tables import TextTable
+    from experiments.harness.tables import TextTable
     from experiments.plots import curves
     tc = ctx.settings
     warm = check_warmup(ctx.rows, ctx.args.warmup or tc.warmup_steps, tc.steps)

@@ -1,7 +1,7 @@
 """The norms table's figures: gradient norm per block at init, and the first steps."""
 from __future__ import annotations
 
-from attention_jax.harness import report
+from experiments.harness import report
 from experiments.norms.constants import BOOK_INIT, N_LAYERS, NORMS, ROWS
 
 

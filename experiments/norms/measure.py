@@ -4,7 +4,7 @@ from __future__ import annotations
 import json
 
 from attention_jax.config import TrainConfig
-from attention_jax.harness import report
+from experiments.harness import report
 from experiments.norms.constants import NORMS, PROBE, PROBE_SEED, model_config
 
 
@@ -53,7 +53,7 @@ def init_record(norm: str, grad_norms) -> dict:
 
 def measure_init(ctx, table, seeds: list[int]) -> dict[str, dict]:
     """Both norms' init measurement, cached in <folder>/init/ like a finished row."""
-    from attention_jax.harness import rows
+    from experiments.harness import rows
     batch, n_batches, _ = PROBE[ctx.preset]
     probe = TrainConfig(steps=1, batch_size=batch)      # the gradient is taken before any update: no lr in it
     identity = {**table.corpus.identity(), "probe": [batch, n_batches, PROBE_SEED]}

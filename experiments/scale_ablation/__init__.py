@@ -21,7 +21,7 @@ least two visible tokens) and the share of those rows putting > 0.99 on one toke
 """
 from __future__ import annotations
 
-from attention_jax.harness.experiment import Experiment
+from experiments.harness.experiment import Experiment
 from experiments.scale_ablation.command import claims, run
 from experiments.scale_ablation.constants import PRESETS, ROWS, SHORT, WidthRow
 from experiments.scale_ablation.measure import combine, make_probe, score_stats, uniform_entropy

@@ -4,8 +4,8 @@ from __future__ import annotations
 import dataclasses
 import math
 
-from attention_jax.harness import report
-from attention_jax.harness.experiment import Result
+from experiments.harness import report
+from experiments.harness.experiment import Result
 from experiments.configs import ONE_BLOCK
 from experiments.scale_ablation.constants import (
     BIG_GAIN, COLLAPSED, FROZEN, PROBE_WINDOWS, ROWS, SMALL_GAIN, VARIANTS)
@@ -49,7 +49,7 @@ def claims(r: dict) -> list[dict]:
 
 def run(ctx) -> Result:
     from attention_jax.data import eval_windows
-    from attention_jax.harness.tables import TextTable
+    from experiments.harness.tables import TextTable
     table = TextTable.open(ctx)
     probe_windows, _ = eval_windows(table.splits[1], ONE_BLOCK.context, max_windows=PROBE_WINDOWS)
     records = []
@@ -106,5 +106,5 @@ def run(ctx) -> Result:
 
 
 def rows_fmt(rec: dict) -> str:
-    from attention_jax.harness.rows import fmt
+    from experiments.harness.rows import fmt
     return fmt(rec["val_ppl"], rec["val_ppl_std"])

@@ -1,7 +1,7 @@
 """Tables and PNG figures: perplexity both ways, the scores over training."""
 from __future__ import annotations
 
-from attention_jax.harness import report
+from experiments.harness import report
 from experiments.scale_ablation.constants import BOOK_SCORES, FROZEN, VARIANTS
 from experiments.scale_ablation.measure import uniform_entropy
 

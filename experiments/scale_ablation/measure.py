@@ -37,14 +37,15 @@ def make_probe(engine, windows):
     import jax
     import numpy as np
     from flax import nnx
-    from attention_jax.inspect import run_with_cache
+    from attention_jax.inspect import run_with_cache, use_form
     names = ("blocks.0.mixer.scores", "blocks.0.mixer.weights")
     x = np.asarray(windows, np.int32)
 
     def one(state):
         model, _ = nnx.merge(engine.graphdef, state)
         model.eval()
-        _, cache = run_with_cache(model, x, list(names))
+        with use_form(model):
+            _, cache = run_with_cache(model, x, list(names))
         return score_stats(*(cache[n] for n in names))
 
     fn = jax.jit(jax.vmap(one) if engine.vmapped else one)
@@ -58,7 +59,7 @@ def train_variant(table, name, cfg, tc, probe_windows) -> dict:
 
     TextTable.train builds its text task itself; this one wraps the same task's `evaluate`.
     """
-    from attention_jax.harness import rows
+    from experiments.harness import rows
     from attention_jax.train import text_task
     ctx = table.ctx
     base = text_task(*table.splits, batch_size=tc.batch_size, context=cfg.context,
@@ -86,7 +87,7 @@ def train_variant(table, name, cfg, tc, probe_windows) -> dict:
 
 
 def row_budget(ctx, row: WidthRow) -> TrainConfig:
-    from attention_jax.harness.rows import with_overrides
+    from experiments.harness.rows import with_overrides
     return ctx.settings if row.budget == "long" else with_overrides(SHORT[ctx.preset], ctx.args)
 
 
@@ -98,7 +99,7 @@ def describe_budget(tc: TrainConfig) -> str:
 def combine(row: WidthRow, runs: dict, book: bool) -> dict:
     """One table row from the two trainings: val perplexity both ways, the gain, the statistics, per seed."""
     import numpy as np
-    from attention_jax.harness import rows
+    from experiments.harness import rows
     on, off = runs[True], runs[False]
     s, u = np.asarray(on["val_ppl_seeds"]), np.asarray(off["val_ppl_seeds"])
     gain = u - s                               # same seed, same init, same batches: paired

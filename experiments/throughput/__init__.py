@@ -21,10 +21,10 @@ import os
 import sysconfig
 
 from attention_jax.errors import ConfigError, UserError
-from attention_jax.harness import cli, report
-from attention_jax.harness.experiment import Experiment, Result
+from experiments.harness import cli, report
+from experiments.harness.experiment import Experiment, Result
 from experiments.configs import ONE_BLOCK
-from attention_jax.harness.platform import MALLOPT_ENV
+from experiments.harness.platform import MALLOPT_ENV
 
 CONTEXT = 128   # the ladder's window
 
@@ -111,7 +111,7 @@ def run(ctx) -> Result:
 
     import numpy as np   # here, not at the top: a worker process imports this package before its mallopt
 
-    from attention_jax.harness.platform import accelerator
+    from experiments.harness.platform import accelerator
     from attention_jax.inspect import param_breakdown   # imports JAX: after --help
     args = ctx.args
     if not args.no_torch and importlib.util.find_spec("torch") is None:
@@ -122,7 +122,7 @@ def run(ctx) -> Result:
     worker_env = dict(os.environ)
     p = {**ctx.settings, **({"rounds": args.rounds} if args.rounds else {}),
          **({"batch": args.batch} if args.batch else {})}
-    attentions = cli.choose_names(args.attention, ["auto", "reference", "chunked", "fused"], "attention",
+    attentions = cli.choose_names(args.attention, ["auto", "reference", "causal_halves", "chunked", "fused"], "attention",
                                   as_given=True)
     dtypes = cli.choose_names(args.dtype, ["float32", "bfloat16"], "dtype", as_given=True)
     variants = [(a, d) for d in dtypes for a in attentions]

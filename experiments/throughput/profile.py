@@ -18,7 +18,7 @@ import os
 import sys
 
 # Imported before jax on purpose, as in the worker: mallopt must act before any thread exists.
-from attention_jax.harness.platform import apply_mallopt
+from experiments.harness.platform import apply_mallopt
 
 import argparse  # noqa: E402
 import collections  # noqa: E402

@@ -17,7 +17,7 @@ import sys
 
 # Imported before jax on purpose: mallopt must act before any thread exists. The package
 # import runs no jax computation, so no thread pool has started yet.
-from attention_jax.harness.platform import MALLOPT_ENV, apply_mallopt
+from experiments.harness.platform import MALLOPT_ENV, apply_mallopt
 
 MALLOPT_APPLIED = os.environ.get(MALLOPT_ENV) == "1" and __name__ == "__main__" and apply_mallopt()
 
@@ -54,7 +54,7 @@ def jax_contestant(batch: int, devices: int, loss_only: bool = False, attention:
     import jax.numpy as jnp
     from attention_jax import functional as F
     from attention_jax.data import get_batch
-    from attention_jax.model import attention_kernel, resolve_attention
+    from attention_jax import backends
     from attention_jax.train import Engine, TrainConfig
     from attention_jax.train.loop import default_steps_per_call
     from experiments.configs import ONE_BLOCK
@@ -93,9 +93,9 @@ def jax_contestant(batch: int, devices: int, loss_only: bool = False, attention:
             ts.append(time.perf_counter() - t)
         return 2 * n**3 / float(np.median(ts))
 
-    info = {"backend": jax.default_backend(), "devices": jax.device_count(), "attention": resolve_attention(cfg),
-            "attention_kernel": attention_kernel(cfg), "dtype": dtype, "context": context, "steps_per_call": per_call}
-    cudnn = info["attention"] == "fused" and F.fused_kernel(dtype, cfg.head_dim) == "cudnn"
+    info = {"backend": jax.default_backend(), "devices": jax.device_count(), "attention": backends.resolve(cfg),
+            "attention_kernel": backends.describe(cfg), "dtype": dtype, "context": context, "steps_per_call": per_call}
+    cudnn = info["attention"] == "fused" and backends.fused_kernel(dtype, cfg.head_dim) == "cudnn"
     if with_hlo or cudnn:
         info["hlo"] = engine._step.lower(state, batches[0]).compile().as_text()
         if cudnn and "__cudnn$fmha" not in info["hlo"]:
@@ -122,7 +122,7 @@ def main(argv=None):
         step, peak, info = jax_contestant(args.batch, args.devices, args.loss_only, args.attention, args.dtype,
                                           args.context)
     else:
-        from attention_jax.torch_ref import torch_contestant
+        from experiments.torch_ref import torch_contestant
         from experiments.configs import ONE_BLOCK
         step, peak, info = torch_contestant(args.batch, ONE_BLOCK)
     for i in range(args.warmup):   # compiles, fills the allocator's caches

@@ -17,7 +17,7 @@ adjective (a table and a heatmap).
 """
 from __future__ import annotations
 
-from attention_jax.harness.experiment import Experiment
+from experiments.harness.experiment import Experiment
 from experiments.winograd.attention import attention_demo, claims, referent_attention
 from experiments.winograd.command import flags, run
 from experiments.winograd.constants import BOOK, CHANCE, IDENTICAL, MODELS, PRESETS, ROWS, TASKS

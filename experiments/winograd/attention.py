@@ -3,7 +3,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from attention_jax.harness import report
+from experiments.harness import report
 from experiments.winograd.constants import CHANCE, IDENTICAL, ROWS
 
 
@@ -21,8 +21,9 @@ def demo_words(spec) -> tuple[str, str, str, str]:
 def referent_attention(model, tokens: np.ndarray, position: int) -> np.ndarray:
     """[L, N, position + 1]: each block's attention at `position`, heads averaged, float64."""
     import jax.numpy as jnp
-    from attention_jax.inspect import run_with_cache
-    _, cache = run_with_cache(model, jnp.asarray(tokens), "blocks.*.mixer.weights")
+    from attention_jax.inspect import run_with_cache, use_form
+    with use_form(model):
+        _, cache = run_with_cache(model, jnp.asarray(tokens), "blocks.*.mixer.weights")
     blocks = sorted(cache, key=lambda n: int(n.split(".")[1]))
     return np.stack([np.asarray(cache[n], np.float64).mean(axis=1)[:, position, :position + 1] for n in blocks])
 

@@ -6,8 +6,8 @@ import dataclasses
 import numpy as np
 
 from attention_jax.errors import ConfigError
-from attention_jax.harness import cli, report
-from attention_jax.harness.experiment import Result
+from experiments.harness import cli, report
+from experiments.harness.experiment import Result
 from experiments.winograd.attention import attention_demo, claims
 from experiments.winograd.constants import BOOK, CHANCE, HEADS, MODELS, TASKS, WIDTH
 from experiments.winograd.figures import accuracy_figure, pair_figure, pair_table, pct, rule_figure, rule_table
@@ -24,7 +24,7 @@ def flags(p) -> None:
 
 def run(ctx) -> Result:
     from attention_jax.data import winograd as wg
-    from attention_jax.harness import rows as row_cache
+    from experiments.harness import rows as row_cache
     args, tc = ctx.args, ctx.settings
     if args.data or args.corpus:
         raise ConfigError("winograd generates its own sentences: --data/--corpus do not apply; "

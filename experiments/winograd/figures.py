@@ -3,12 +3,12 @@ from __future__ import annotations
 
 import numpy as np
 
-from attention_jax.harness import report
+from experiments.harness import report
 from experiments.winograd.constants import BOOK, BOOK_PAIR, CHANCE
 
 
 def pct(record: dict, figure: str) -> str:
-    from attention_jax.harness.rows import fmt
+    from experiments.harness.rows import fmt
     values = 100 * np.asarray(record[f"{figure}_seeds"], np.float64)
     return fmt(values.mean(), values.std(ddof=1) if len(values) > 1 else 0.0, ".1f")
 

@@ -23,8 +23,8 @@ import time
 from typing import Any, Callable, Mapping, Sequence
 
 from attention_jax.errors import ConfigError, UserError
-from attention_jax.harness import cli, report
-from attention_jax.harness.platform import apply_mallopt
+from experiments.harness import cli, report
+from experiments.harness.platform import apply_mallopt
 
 
 @dataclasses.dataclass
@@ -100,13 +100,13 @@ class Experiment:
         folder = cli.results_folder(args.out, self.name)
         chosen = []
         if self.rows is not None:
-            from attention_jax.harness.rows import with_overrides
+            from experiments.harness.rows import with_overrides
             chosen = cli.choose_names(args.rows, list(self.rows))
             settings = with_overrides(settings, args)
         return Context(args, self.name, preset, settings, folder, chosen)
 
     def execute(self, args: argparse.Namespace) -> Result:
-        from attention_jax.harness.platform import backend_errors
+        from experiments.harness.platform import backend_errors
         with backend_errors():     # a backend JAX cannot start: one line, wherever JAX first meets it
             return self._execute(args)
 
@@ -115,9 +115,9 @@ class Experiment:
         started = time.perf_counter()
         if self.shares_accelerator:   # before JAX first looks for devices, below
             os.environ.setdefault("XLA_PYTHON_CLIENT_PREALLOCATE", "false")
-        from attention_jax.harness import compile_cache, compile_clock   # imports JAX: after --help
+        from experiments.harness import compile_cache, compile_clock   # imports JAX: after --help
         mark = compile_clock.start()
-        from attention_jax.harness.platform import backend_summary, check_backend, describe_backend
+        from experiments.harness.platform import backend_summary, check_backend, describe_backend
         kept = compile_cache.enable()     # before the first compile
         backend = backend_summary()       # printed now, and kept in results.json (what ran it, on which host)
         print(describe_backend(backend), flush=True)
@@ -129,12 +129,12 @@ class Experiment:
             print(f"training: up to {per_call} steps per compiled call ({STEPS_PER_CALL_ENV}=1: one)", flush=True)
         if self.rows is not None:   # a training table: say what computes attention here, "auto" resolved
             from attention_jax.config import ModelConfig
-            from attention_jax.model import attention_kernel, resolve_attention
+            from attention_jax import backends
             chosen = ctx.model(ModelConfig())
             how = "; auto's choice, the fastest on this backend (--attention to choose)" if chosen.attention == "auto" else ""
-            if resolve_attention(chosen) == "fused":   # cuDNN's kernel takes some head sizes only
+            if backends.resolve(chosen) == "fused":   # cuDNN's kernel takes some head sizes only
                 how += "; the kernel may differ by a row's head size (each row's record names its own)"
-            print(f"attention: {attention_kernel(chosen)}, {chosen.dtype}{how}", flush=True)
+            print(f"attention: {backends.describe(chosen)}, {chosen.dtype}{how}", flush=True)
         warning = check_backend()
         if warning:   # a GPU/TPU plugin JAX cannot use: say so loudly, then run on what there is
             print(warning, file=sys.stderr, flush=True)

@@ -236,7 +236,7 @@ def backend_summary() -> dict:
     """What JAX runs on, with versions: for experiments to print and record in results.json (imports JAX)."""
     import jax
 
-    from attention_jax.harness import compile_cache
+    from experiments.harness import compile_cache
     devices = jax.devices()
     return {
         "backend": jax.default_backend(),

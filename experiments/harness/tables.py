@@ -19,8 +19,8 @@ from typing import Mapping
 
 from attention_jax.config import ModelConfig, TrainConfig
 from attention_jax.errors import DataError
-from attention_jax.harness import rows
-from attention_jax.harness.experiment import Context
+from experiments.harness import rows
+from experiments.harness.experiment import Context
 
 SMOKE_VAL_TOKENS = 4096
 
@@ -87,7 +87,7 @@ class TextTable:
 
     def describe(self) -> dict:
         """What results.json says about the data."""
-        from attention_jax.harness.platform import backend_summary
+        from experiments.harness.platform import backend_summary
         train, val = self.splits
         return {"backend": backend_summary(), "corpus": self.corpus.name, "sha256": self.corpus.sha256, "path": str(self.corpus.path),
                 "train_tokens": int(len(train)), "val_tokens": int(len(val)), "book_figures": self.book}

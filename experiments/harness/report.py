@@ -15,7 +15,7 @@ import pathlib
 import tempfile
 from typing import Any, Iterable, Sequence
 
-from attention_jax.harness.cli import SMOKE_NOTE
+from experiments.harness.cli import SMOKE_NOTE
 
 Column = tuple[str, str, str]   # (row key, header, format spec such as ",d" or ".2f")
 
@@ -176,7 +176,7 @@ def publish(folder: pathlib.Path, result) -> pathlib.Path:
     for file_name, fig in result.figures.items():
         save_figure(fig, folder / file_name)
     if "time" in result.extra:   # what went into making XLA programs, against the run's wall time
-        from attention_jax.harness.compile_clock import describe
+        from experiments.harness.compile_clock import describe
         print(f"\n{describe(result.extra['time'])}; {result.extra['time']['wall_s']:.1f} s in all")
     print(f"\nwrote {folder}")
     return folder

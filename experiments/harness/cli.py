@@ -69,7 +69,7 @@ def add_training_args(p: argparse.ArgumentParser, rows: Sequence[str]) -> argpar
                    help="also measure the table's figures every N steps (curves.png, results.json)")
     p.add_argument("--seeds", type=positive_int, default=1, help="train N seeds at once (vmap): mean ± std, "
                    "and every claim checked per seed")
-    p.add_argument("--attention", choices=("auto", "reference", "chunked", "fused"), default=None,
+    p.add_argument("--attention", choices=("auto", "reference", "causal_halves", "chunked", "fused"), default=None,
                    help="how attention is computed (default: the config's, auto: fastest on this backend)")
     p.add_argument("--dtype", choices=("float32", "bfloat16"), default=None,
                    help="compute dtype (bfloat16: mixed precision; parameters and optimizer stay float32)")
@@ -91,7 +91,7 @@ def add_training_args(p: argparse.ArgumentParser, rows: Sequence[str]) -> argpar
 def choose_preset(requested: str | None, presets: Mapping[str, object]) -> tuple[str, object]:
     """Resolve --preset, announcing the choice on the first line of output."""
     if requested is None:
-        from attention_jax.harness.platform import accelerator   # imports JAX: only when it must look
+        from experiments.harness.platform import accelerator   # imports JAX: only when it must look
         acc = accelerator()
         requested = "paper" if acc and "paper" in presets else ("cpu" if "cpu" in presets else next(iter(presets)))
         why = f"{acc} found" if acc else "no GPU/TPU found; --preset paper runs the book's budget"

@@ -151,8 +151,8 @@ def train_row(name: str, model_config: ModelConfig, train_config: TrainConfig, t
 
 def _labelled(record: dict, model_config: ModelConfig) -> dict:
     """The record with what computed its attention here (what "auto" chose, and the kernel)."""
-    from attention_jax.model import attention_kernel, resolve_attention
-    record["attention"], record["attention_kernel"] = resolve_attention(model_config), attention_kernel(model_config)
+    from attention_jax import backends
+    record["attention"], record["attention_kernel"] = backends.resolve(model_config), backends.describe(model_config)
     return record
 
 
@@ -177,7 +177,7 @@ def _digest(record: dict) -> str:
 
 
 def _write(path: pathlib.Path, record: dict) -> None:
-    from attention_jax.harness import report
+    from experiments.harness import report
     from attention_jax.train.distributed import is_writer
     if not is_writer():   # with several processes, process 0 keeps the records
         return

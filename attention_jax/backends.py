@@ -1,0 +1,163 @@
+"""How attention is computed: the reference equation, and faster forms of the same numbers.
+
+Every form has one signature, takes q, k, v [..., H, T, D] and returns the heads' outputs:
+
+    form(q, k, v, *, bias=None, causal=True, scale=True, dropout=None) -> [..., H, T, D]
+
+    reference      softmax(q·kᵀ/√d + bias, causal mask)·v, the functional core as written
+    causal_halves  the same without the all-masked quarter of the scores (fastest on a CPU)
+    chunked        keys and queries in chunks with an online softmax: O(T) memory, no T×T matrix
+    fused          jax.nn.dot_product_attention: cuDNN's flash kernel on an NVIDIA GPU in half
+                   precision, XLA's fused attention elsewhere
+
+They agree to float rounding (tests compare forward and gradients). `ModelConfig.attention`
+names one, or "auto": `resolve(config)` says which one runs on this backend.
+"""
+from __future__ import annotations
+
+import functools
+import warnings
+
+import jax
+import jax.numpy as jnp
+
+from attention_jax import functional as F
+from attention_jax.memory_efficient import memory_efficient_attention
+
+ACCELERATORS = ("gpu", "cuda", "rocm", "tpu")
+
+
+def reference(q, k, v, *, bias=None, causal: bool = True, scale: bool = True, dropout=None):
+    """`F.attention` under the causal mask (or none), dropout on the weights."""
+    w = F.attention_weights(q, k, mask=F.causal_mask(q.shape[-2]) if causal else None, bias=bias, scale=scale)
+    return F.mix(w if dropout is None else dropout(w), v)
+
+
+def causal_halves(q, k, v, *, bias=None, causal: bool = True, scale: bool = True, dropout=None,
+                  return_weights: bool = False):
+    """`reference` scored in two halves: under the causal mask the first half of the queries never
+    sees the second half of the keys, so that quarter of the T×T scores (weights exactly 0) is
+    never computed. Self-attention only (as many keys as queries). `return_weights`: (out, [..., T, T]
+    weights before dropout) with the skipped quarter filled with zeros."""
+    q, k, v = F.floating(q), F.floating(k), F.floating(v)
+    T = q.shape[-2]
+    if k.shape[-2] != T or v.shape[-2] != T:
+        raise ValueError(f"causal_halves is self-attention over one window: {T} queries need {T} keys and "
+                         f"values, got {k.shape[-2]} and {v.shape[-2]}; use F.attention(q, k, v, mask=...) otherwise")
+    if not causal:       # no mask, no quarter to skip
+        out = reference(q, k, v, bias=bias, causal=False, scale=scale, dropout=dropout)
+        return (out, F.attention_weights(q, k, bias=bias, scale=scale)) if return_weights else out
+    mask, h = F.causal_mask(T), T // 2
+    halves = [(slice(0, h), slice(0, h)), (slice(h, T), slice(0, T))] if h else [(slice(0, T),) * 2]
+    weights, outs = [], []
+    for rows, cols in halves:
+        w = F.attention_weights(q[..., rows, :], k[..., cols, :], mask=mask[rows, cols],
+                                bias=None if bias is None else bias[..., rows, cols], scale=scale)
+        weights.append(w)
+        outs.append(F.mix(w if dropout is None else dropout(w), v[..., cols, :]))
+    out = jnp.concatenate(outs, axis=-2)
+    if not return_weights:
+        return out
+    pad = lambda w: jnp.pad(w, [(0, 0)] * (w.ndim - 1) + [(0, T - w.shape[-1])])
+    return out, jnp.concatenate([pad(w) for w in weights], axis=-2)
+
+
+def chunked(q, k, v, *, bias=None, causal: bool = True, scale: bool = True, dropout=None, chunk: int = 512):
+    """`memory_efficient_attention` in chunks of `chunk` keys and queries. It adds no bias (no ALiBi)
+    and has no dropout on weights it never holds."""
+    if bias is not None or dropout is not None:
+        raise ValueError("chunked attention takes no bias and no dropout; use reference or causal_halves")
+    return memory_efficient_attention(q, k, v, causal=causal, chunk_size=chunk, scale=scale)
+
+
+def fused_kernel(dtype, head_dim: int, backend: str | None = None, capability: float | None = None) -> str:
+    """The kernel `fused` asks `jax.nn.dot_product_attention` for: "cudnn" or "xla".
+
+    cuDNN's flash attention exists for float16/bfloat16 on an NVIDIA GPU of compute
+    capability >= 8.0 with a head dimension that is a multiple of 8 up to 128; anything else
+    (CPU, TPU, AMD, float32, a T4) gets XLA's. JAX's own `implementation=None` means XLA's on
+    every backend, hence the choice here. `capability` is read from this process's GPU when
+    not given; an AMD GPU's ("gfx90a") is no number, so no cuDNN.
+    """
+    backend = backend or jax.default_backend()
+    half = jnp.dtype(dtype) in (jnp.dtype(jnp.float16), jnp.dtype(jnp.bfloat16))
+    if backend not in ("gpu", "cuda") or not half or head_dim % 8 or head_dim > 128:
+        return "xla"
+    if capability is None and jax.default_backend() == "gpu":
+        try:
+            capability = float(getattr(jax.local_devices()[0], "compute_capability", ""))
+        except ValueError:
+            return "xla"
+    return "xla" if capability is not None and capability < 8.0 else "cudnn"
+
+
+def fused(q, k, v, *, bias=None, causal: bool = True, scale: bool = True, dropout=None, implementation=None):
+    """`jax.nn.dot_product_attention` on our layout ([..., H, T, D]; [T, D] is one head).
+
+    `implementation=None`: `fused_kernel` chooses, a bias over an odd number of positions goes
+    to XLA (cuDNN's gradient refuses it only later), and a call cuDNN refuses while JAX traces
+    it is computed by XLA's kernel with a warning. "cudnn" or "xla" asks for that kernel alone.
+    """
+    if dropout is not None:
+        raise ValueError("fused attention has no dropout on its weights; use reference or causal_halves")
+    q, k, v = F.floating(q), F.floating(k), F.floating(v)
+    one_head = q.ndim == 2
+    if one_head:
+        q, k, v = q[None], k[None], v[None]
+    common = jnp.result_type(q, k, v)            # the fused kernel wants one dtype for all three
+    T, S = q.shape[-2], k.shape[-2]
+    kernel = implementation or fused_kernel(common, q.shape[-1])
+    if implementation is None and bias is not None and (T % 2 or S % 2):
+        kernel = "xla"
+    # XLA's CPU backend has no float16 product with a float32 result, which JAX's attention asks for
+    compute = jnp.float32 if kernel == "xla" and common == jnp.float16 and jax.default_backend() == "cpu" else common
+    q, k, v = q.astype(compute), k.astype(compute), v.astype(compute)
+    lead = q.shape[:-3]
+    to_bthd = lambda x: jnp.swapaxes(x.reshape((-1,) + x.shape[-3:]), -3, -2)   # [B, T, H, D]
+    b = None if bias is None else jnp.broadcast_to(bias, (q.shape[-3], T, S))[None].astype(compute)
+
+    def attend(kernel):
+        return jax.nn.dot_product_attention(to_bthd(q), to_bthd(k), to_bthd(v), bias=b, scale=None if scale else 1.0,
+                                            is_causal=causal, implementation=kernel)
+
+    try:
+        out = attend(kernel)
+    except (RuntimeError, NotImplementedError, ValueError) as e:   # JAX's own checks, made as it traces
+        if implementation is not None or kernel == "xla":
+            raise
+        out = attend("xla")     # a call XLA's kernel refuses too was wrong to begin with: its error, no warning
+        warnings.warn(f"cuDNN's attention kernel refused this call ({type(e).__name__}: {e}); "
+                      "XLA's computes it instead", RuntimeWarning, stacklevel=2)
+    out = jnp.swapaxes(out, -3, -2).reshape(lead + out.shape[-3:-1][::-1] + out.shape[-1:]).astype(common)
+    return out[0] if one_head else out
+
+
+FORMS = {"reference": reference, "causal_halves": causal_halves, "chunked": chunked, "fused": fused}
+
+
+def resolve(config, backend: str | None = None) -> str:
+    """The form a config's attention runs as: its own choice, or for "auto" causal_halves on a
+    CPU and fused on a GPU/TPU (dropout needs a form that holds the weights)."""
+    if config.attention != "auto":
+        return config.attention
+    on_accelerator = (backend or jax.default_backend()) in ACCELERATORS
+    return "fused" if on_accelerator and config.dropout == 0 else "causal_halves"
+
+
+def form(config, name: str | None = None):
+    """The function computing `name` (default: the config's resolved form), with the config's options bound."""
+    name = name or resolve(config)
+    if name == "chunked":
+        return functools.partial(chunked, chunk=config.attention_chunk)
+    return FORMS[name]
+
+
+def describe(config, backend: str | None = None) -> str:
+    """What computes a config's attention, in words, e.g. "causal_halves" or "fused (cuDNN)"."""
+    chosen = resolve(config, backend)
+    if chosen == "fused":
+        kernel = fused_kernel(config.dtype, config.head_dim, backend)
+        return f"fused ({'cuDNN' if kernel == 'cudnn' else 'XLA'})"
+    if chosen == "chunked":
+        return f"chunked ({config.attention_chunk} positions a chunk)"
+    return chosen

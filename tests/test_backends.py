@@ -1,0 +1,240 @@
+"""The attention forms: each equals the reference equation, forward and gradients; the fused kernel's choice."""
+
+import dataclasses
+import warnings
+
+import chex
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+from flax import nnx
+
+from attention_jax import backends
+from attention_jax import functional as F
+from attention_jax.config import ModelConfig
+from attention_jax.inspect import ReferenceSwitch, attention_forms, run_with_cache, use_form
+from attention_jax.memory_efficient import memory_efficient_attention
+from attention_jax.model import LanguageModel
+
+TINY = ModelConfig(vocab_size=50, context=8, d_model=32, n_layers=2, n_heads=4)
+B, T = 2, 8
+
+
+def config(**kw):
+    return dataclasses.replace(TINY, **kw)
+
+
+def normal(rng, *shape):
+    return rng.standard_normal(shape).astype(np.float32)
+
+
+def tokens(seed=0):
+    return jnp.asarray(np.random.default_rng(seed).integers(0, 50, (B, T)), jnp.int32)
+
+
+# --- the forms as functions --------------------------------------------------------------------
+
+@pytest.mark.parametrize("name", ["causal_halves", "chunked", "fused"])
+@pytest.mark.parametrize("causal", [True, False])
+def test_every_form_equals_the_reference_forward_and_gradients(name, causal, rng):
+    q, k, v, g = (jnp.asarray(normal(rng, 2, 3, 9, 8)) for _ in range(4))    # odd T: uneven halves and chunks
+    form = backends.form(config(attention_chunk=4), name)   # chunks of 4: three over 9 positions
+    loss = lambda f: lambda q, k, v: jnp.sum(f(q, k, v, causal=causal) * g)
+    want, want_grads = jax.value_and_grad(loss(backends.reference), argnums=(0, 1, 2))(q, k, v)
+    got, got_grads = jax.value_and_grad(loss(form), argnums=(0, 1, 2))(q, k, v)
+    np.testing.assert_allclose(got, want, rtol=1e-5)
+    chex.assert_trees_all_close(got_grads, want_grads, atol=2e-5)
+
+
+def test_the_reference_form_is_the_functional_core():
+    rng = np.random.default_rng(0)
+    q, k, v = (jnp.asarray(normal(rng, 3, 6, 4)) for _ in range(3))
+    bias = F.alibi_bias(3, 6)
+    want = F.attention(q, k, v, mask=F.causal_mask(6), bias=bias)
+    np.testing.assert_array_equal(backends.reference(q, k, v, bias=bias), want)
+
+
+def test_causal_halves_skip_a_quarter_that_is_exactly_zero(rng):
+    q, k, v = (jnp.asarray(normal(rng, 2, 7, 4)) for _ in range(3))
+    out, w = backends.causal_halves(q, k, v, return_weights=True)
+    want_out, want_w = F.attention(q, k, v, mask=F.causal_mask(7), return_weights=True)
+    np.testing.assert_allclose(out, want_out, rtol=1e-6)
+    np.testing.assert_allclose(w, want_w, rtol=1e-6)
+    np.testing.assert_array_equal(w[..., :3, 3:], 0.0)
+
+
+def test_integer_and_half_precision_inputs_of_the_forms():
+    ints = jnp.arange(40).reshape(1, 5, 8) % 3
+    out, w = backends.causal_halves(ints, ints, ints, return_weights=True)
+    want_out, want_w = F.attention(*(ints.astype(jnp.float32),) * 3, mask=F.causal_mask(5), return_weights=True)
+    assert out.dtype == w.dtype == jnp.float32
+    np.testing.assert_allclose(out, want_out, rtol=1e-6)
+    for dtype in (jnp.bfloat16, jnp.float16):
+        q = jax.random.normal(jax.random.key(1), (1, 2, 5, 8)).astype(dtype)
+        bias = F.alibi_bias(2, 5)
+        half = backends.causal_halves(q, q, q, bias=bias)
+        fused = jax.jit(lambda q: backends.fused(q, q, q, bias=bias))(q)   # float16: XLA's CPU has no f16·f16->f32
+        assert half.dtype == fused.dtype == dtype
+        np.testing.assert_allclose(np.asarray(fused, np.float32), np.asarray(half, np.float32), atol=2e-2)
+    mixed = backends.fused(jnp.ones((1, 2, 4, 8), jnp.int32), jnp.ones((1, 2, 4, 8), jnp.float16),
+                           jnp.ones((1, 2, 4, 8), jnp.float16))
+    assert mixed.dtype == jnp.float32          # one common dtype for the fused kernel
+
+
+def test_sizes_a_form_cannot_take_are_refused_in_words():
+    for keys in (3, 5):           # causal self-attention over one window: as many keys as queries
+        with pytest.raises(ValueError, match="4 queries need 4 keys"):
+            backends.causal_halves(jnp.ones((4, 2)), jnp.ones((keys, 2)), jnp.ones((keys, 2)))
+    with pytest.raises(ValueError, match="no bias and no dropout"):
+        backends.chunked(jnp.ones((4, 2)), jnp.ones((4, 2)), jnp.ones((4, 2)), bias=jnp.zeros((4, 4)))
+    with pytest.raises(ValueError, match="no dropout"):
+        backends.fused(jnp.ones((4, 2)), jnp.ones((4, 2)), jnp.ones((4, 2)), dropout=lambda w: w)
+    q = jax.random.normal(jax.random.key(2), (37, 16))                  # [T, D]: no head axis, like the others
+    np.testing.assert_allclose(backends.fused(q, q, q), F.attention(q, q, q, mask=F.causal_mask(37)), atol=1e-6)
+    with pytest.raises(ValueError, match="chunks of at least one position"):
+        memory_efficient_attention(jnp.ones((4, 2)), jnp.ones((4, 2)), jnp.ones((4, 2)), chunk_size=0)
+
+
+@pytest.mark.parametrize("T, with_bias", [(1, False), (7, True), (16, False)])
+def test_attention_in_causal_halves_equals_one_masked_softmax(T, with_bias, rng):
+    q, k, v = (rng.standard_normal((2, 3, T, 8)).astype(np.float32) for _ in range(3))
+    bias = F.alibi_bias(3, T) if with_bias else None
+
+    def plain(q, k, v):
+        w = F.attention_weights(q, k, mask=F.causal_mask(T), bias=bias)
+        return F.mix(w, v), w
+
+    def halves(q, k, v):
+        return backends.causal_halves(q, k, v, bias=bias, return_weights=True)
+
+    (out, w), (ref_out, ref_w) = jax.jit(halves)(q, k, v), jax.jit(plain)(q, k, v)
+    chex.assert_trees_all_close((out, w), (ref_out, ref_w), atol=1e-6)
+    assert np.all(np.asarray(w)[..., np.triu_indices(T, 1)[0], np.triu_indices(T, 1)[1]] == 0.0)
+    grad = lambda f: jax.jit(jax.grad(lambda *a: jnp.sum(jnp.cos(f(*a)[0])), (0, 1, 2)))(q, k, v)
+    chex.assert_trees_all_close(grad(halves), grad(plain), atol=1e-5)
+
+
+def test_a_fully_masked_half_gives_zero_weights_not_nan():
+    q = k = v = jnp.ones((1, 4, 2))
+    attend = jax.jit(lambda q, k, v: backends.causal_halves(q, k, v, bias=jnp.full((4, 4), -jnp.inf),
+                                                               return_weights=True))
+    out, w = attend(q, k, v)
+    assert np.all(np.isfinite(np.asarray(out))) and np.all(np.asarray(w) == 0.0)
+
+
+# --- in the model --------------------------------------------------------------------------------
+
+@pytest.mark.parametrize("name", ["causal_halves", "chunked", "fused"])
+@pytest.mark.parametrize("mixer, positions", [("heads", "learned"), ("heads", "rope"), ("head", "rope"),
+                                              ("heads", "alibi"), ("heads", "none")])
+def test_every_form_in_the_model_equals_the_reference_forward_and_gradients(name, mixer, positions):
+    if name == "chunked" and positions == "alibi":
+        pytest.skip("refused at construction (test_config)")
+    cfg = config(mixer=mixer, positions=positions, attention="reference", attention_chunk=4)   # T=8: two chunks
+    ref = LanguageModel(cfg, rngs=nnx.Rngs(0))
+    other = LanguageModel(dataclasses.replace(cfg, attention=name), rngs=nnx.Rngs(0))      # the same weights
+    assert attention_forms(other)["blocks.0.mixer"] == name and attention_forms(ref)["blocks.0.mixer"] == "reference"
+    idx = tokens()
+
+    @nnx.jit   # one compile per model, not one per operation (eager on CPU compiles each op)
+    def logits_and_grads(m):
+        def loss(m):
+            logits = m(idx)
+            return jnp.mean(jax.nn.log_softmax(logits)[..., 0]), logits
+        grads, logits = nnx.grad(loss, has_aux=True)(m)
+        return logits, nnx.state(grads, nnx.Param)
+
+    (got, got_grads), (want, want_grads) = logits_and_grads(other), logits_and_grads(ref)
+    chex.assert_trees_all_close(got, want, atol=2e-5)
+    chex.assert_trees_all_close(got_grads, want_grads, atol=2e-5)
+
+
+def test_a_hook_on_the_weights_switches_to_the_reference_form_with_one_notice():
+    model = LanguageModel(config(attention="chunked", attention_chunk=4), rngs=nnx.Rngs(0))
+    with pytest.warns(ReferenceSwitch, match=r"blocks.0.mixer \(chunked\): scores and weights exist only"):
+        logits, cache = run_with_cache(model, tokens(), names="blocks.0.mixer.weights")
+    chex.assert_shape(cache["blocks.0.mixer.weights"], (B, 4, T, T))
+    chex.assert_trees_all_close(logits, model(tokens()), atol=2e-5)
+    assert attention_forms(model) == {"blocks.0.mixer": "chunked", "blocks.1.mixer": "chunked"}   # put back
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")          # asked for, or not needed: no notice
+        with use_form(model):
+            run_with_cache(model, tokens(), names="blocks.*.mixer.weights")
+        run_with_cache(model, tokens(), names="blocks.0.mixer.z")
+
+
+# --- which form "auto" is, and the fused kernel ----------------------------------------------------
+
+def test_auto_is_causal_halves_on_a_cpu_and_fused_on_an_accelerator():
+    cfg = config(attention="auto")
+    assert backends.resolve(cfg, "cpu") == "causal_halves"
+    assert backends.resolve(cfg, "gpu") == backends.resolve(cfg, "tpu") == "fused"
+    assert backends.resolve(dataclasses.replace(cfg, dropout=0.1), "gpu") == "causal_halves"   # fused has no dropout
+    assert backends.resolve(config(attention="chunked"), "gpu") == "chunked"
+
+
+def test_the_form_is_named_as_a_run_reports_it():
+    cfg = config(attention="auto")
+    assert backends.describe(cfg, "cpu") == "causal_halves"
+    assert backends.describe(cfg, "gpu") == backends.describe(cfg, "tpu") == "fused (XLA)"   # float32
+    assert backends.describe(dataclasses.replace(cfg, dtype="bfloat16"), "gpu") == "fused (cuDNN)"
+    assert backends.describe(dataclasses.replace(cfg, dtype="bfloat16"), "tpu") == "fused (XLA)"
+    assert backends.describe(config(attention="chunked", attention_chunk=16), "gpu") == "chunked (16 positions a chunk)"
+
+
+def test_the_fused_kernel_is_cudnn_only_for_half_precision_on_an_nvidia_gpu():
+    # JAX's implementation=None is XLA's attention everywhere; cuDNN's flash kernel must be asked for.
+    assert backends.fused_kernel(jnp.bfloat16, 32, "gpu") == backends.fused_kernel(jnp.float16, 128, "gpu", 9.0) == "cudnn"
+    assert backends.fused_kernel(jnp.bfloat16, 32, "gpu", 8.0) == "cudnn"
+    assert backends.fused_kernel(jnp.bfloat16, 32, "gpu", 7.5) == "xla"       # a T4: no flash kernel in cuDNN
+    assert backends.fused_kernel(jnp.float32, 32, "gpu") == "xla"             # cuDNN's flash kernel is half precision only
+    assert backends.fused_kernel(jnp.bfloat16, 12, "gpu") == "xla"            # head dim not a multiple of 8
+    assert backends.fused_kernel(jnp.bfloat16, 136, "gpu") == "xla"           # nor above 128
+    assert backends.fused_kernel(jnp.bfloat16, 32, "tpu") == backends.fused_kernel(jnp.bfloat16, 32, "cpu") == "xla"
+
+
+@pytest.mark.parametrize("found, kernel", [("9.0", "cudnn"), ("8.6", "cudnn"), ("7.5", "xla"), ("gfx90a", "xla")])
+def test_the_fused_kernel_reads_the_gpus_compute_capability(monkeypatch, found, kernel):
+    class GPU:   # what jax.local_devices() gives on a GPU: an NVIDIA's capability, or an AMD's (ROCm) name
+        compute_capability = found
+    monkeypatch.setattr(jax, "default_backend", lambda: "gpu")
+    monkeypatch.setattr(jax, "local_devices", lambda *a, **kw: [GPU()])
+    assert backends.fused_kernel(jnp.bfloat16, 32) == kernel
+
+
+def test_a_cudnn_refusal_while_tracing_falls_back_to_xla_with_a_warning(monkeypatch, rng):
+    q, k, v = (jnp.asarray(normal(rng, 2, 4, 16, 8), jnp.bfloat16) for _ in range(3))
+    want = backends.fused(q, k, v, bias=F.alibi_bias(4, 16), implementation="xla")
+    monkeypatch.setattr(backends, "fused_kernel", lambda *a, **kw: "cudnn")   # as on a GPU; this CPU has no cuDNN
+    with pytest.warns(RuntimeWarning, match="cuDNN's attention kernel refused this call .*cuDNN is not detected"):
+        got = jax.jit(lambda q, k, v: backends.fused(q, k, v, bias=F.alibi_bias(4, 16)))(q, k, v)
+    np.testing.assert_array_equal(np.asarray(got, np.float32), np.asarray(want, np.float32))
+    with pytest.raises(RuntimeError, match="cuDNN is not detected"):   # asked for by name: no fallback
+        backends.fused(q, k, v, implementation="cudnn")
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")     # no warning: XLA's kernel is chosen up front for ...
+        odd = q[..., :15, :]               # ... a bias over an odd number of positions (cuDNN's gradient refuses it)
+        backends.fused(odd, odd, odd, bias=F.alibi_bias(4, 15))
+        with pytest.raises(ValueError):    # a call that is wrong whatever the kernel: its own error, no cuDNN warning
+            backends.fused(q, k[..., :4], v)
+
+
+def test_a_mask_of_its_own_is_applied_by_the_reference_form_and_refused_by_the_others():
+    from attention_jax.errors import ConfigError
+    from attention_jax.inspect import replaced
+    from attention_jax.model import CausalMask
+
+    class Everything(CausalMask):         # every position sees the whole window, as a mask matrix
+        def __call__(self, T):
+            return jnp.ones((T, T), bool)
+
+    model = LanguageModel(config(n_layers=1), rngs=nnx.Rngs(0))
+    with replaced(model, {"blocks.0.mixer.mask": Everything()}):
+        with pytest.raises(ConfigError, match="Everything is applied by the reference form only"):
+            model(tokens())
+        with use_form(model):
+            seen = model(tokens())
+    with replaced(model, {"blocks.0.mixer.mask": Everything(), "blocks.0.mixer.form": "reference"}):
+        np.testing.assert_array_equal(seen, model(tokens()))
+    assert not np.allclose(seen[:, 0], model(tokens())[:, 0])   # the first position saw the future
