@@ -9,7 +9,6 @@ checked per seed.
 """
 from __future__ import annotations
 
-import dataclasses
 import functools
 
 from experiments.harness import report
@@ -95,41 +94,33 @@ def ladder_figure(records: list[dict], title: str):
 
 
 def run(ctx) -> Result:
-    from experiments.harness.tables import TextTable   # loads the corpus: after the flags are checked
-    table = TextTable.open(ctx)
+    from experiments.harness.tables import Table   # loads the corpus: after the flags are checked
+    table = Table.on_corpus(ctx)
+    book = table.book
     records, previous = [], None
     for row in ROWS:
         if row.name not in ctx.rows:
             continue
-        r = table.train(row.name, row.config)
-        book = table.book
+        r = table.train(row.name, row.config, say=lambda r: f"params {r['params']:>9,}  train {r['train']:>16}  "
+                                                            f"val {r['val']:>16}")
         r.update(label=row.label, book_val_ppl=row.book_val_ppl if book else None,
                  book_train_ppl=row.book_train_ppl if book else None, book=row.book_text() if book else None,
                  book_shown=row.book_cell() if book else None,
                  change=None if previous is None else r["val_ppl"] - previous)
         previous = r["val_ppl"]
         records.append(r)
-        took = "cached" if r["cached"] else f"{r['seconds']:.0f} s"
-        print(f"  {row.name:<18} params {r['params']:>9,}  train {r['train']:>16}  val {r['val']:>16}  ({took})",
-              flush=True)
     columns = [("name", "row", ""), ("params", "params", ",d"), ("train", "train ppl", ""),
                ("val", "val ppl", ""), ("book_shown", "book val ppl", ""), ("change", "change", "+.2f")]
-    tc = ctx.settings
-    title = (f"ladder, {ctx.preset} preset: {tc.steps} steps x batch {tc.batch_size}, lr {tc.lr:g}, "
-             f"{len(table.seeds)} seed(s), {table.corpus.name}")
+    title = f"ladder, {table.budget()}"
     figures = {"ladder.png": ladder_figure(records, title)}
     if any(len(r["history"]) > 1 for r in records):
         figures["curves.png"] = curves(records, ("val_ppl", "train_ppl"),
                                        ("held-out (val) perplexity", "train perplexity"), title)
-    book = [report.book(f"{r['name']}: val perplexity", r["book"], r["val"]) for r in records if r["book"]]
-    book += [report.book(f"{r['name']}: train perplexity", r["book_train_ppl"], r["train"]) for r in records
-             if r["book_train_ppl"]]
-    found = report.claims_across_seeds(functools.partial(claims, book=table.book), {r["name"]: r for r in records},
-                                       len(table.seeds))
-    return Result(rows=records, claims=found, book=book,
-                  tables={"ladder": report.format_table(columns, records)}, figures=figures,
-                  config={"train": dataclasses.asdict(tc), "seeds": table.seeds, "base": LADDER_BASE.to_dict(),
-                          "data": table.describe()})
+    summary = [report.book(f"{r['name']}: val perplexity", r["book"], r["val"]) for r in records if r["book"]]
+    summary += [report.book(f"{r['name']}: train perplexity", r["book_train_ppl"], r["train"]) for r in records
+                if r["book_train_ppl"]]
+    return table.result(records, claims=functools.partial(claims, book=book), book=summary, figures=figures,
+                        tables={"ladder": report.format_table(columns, records)}, config={"base": LADDER_BASE.to_dict()})
 
 
 EXPERIMENT = Experiment("ladder", __doc__, PRESETS, run, rows=[r.name for r in ROWS])

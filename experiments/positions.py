@@ -82,37 +82,31 @@ def figure(records: list[dict], title: str):
 
 
 def run(ctx) -> Result:
-    from experiments.harness.tables import TextTable
-    table = TextTable.open(ctx, longest=max(LENGTHS))
+    from experiments.harness.tables import Table
+    table = Table.on_corpus(ctx, longest=max(LENGTHS))
     records = []
     for name, cfg in ROWS:
         if name not in ctx.rows:
             continue
-        r = table.train(name, cfg, measures={"lengths": at_lengths(table.splits[1])})
+        r = table.train(name, cfg, measures={"lengths": at_lengths(table.splits[1])},
+                        say=lambda r: "  ".join(f"{L}: {r['measures']['lengths']['ppl'][str(L)]:7.2f}" for L in LENGTHS))
         r.update(r["measures"]["lengths"])
         for L in LENGTHS:
             r[f"ppl_{L}"] = r["ppl"][str(L)]
             r[f"book_{L}"] = BOOK.get(name, {}).get(L) if table.book else None
         r["ratio"] = r["ppl"][str(LENGTHS[-1])] / r["ppl"][str(LENGTHS[0])]
         records.append(r)
-        took = "cached" if r["cached"] else f"{r['seconds']:.0f} s"
-        print(f"  {name:<11} " + "  ".join(f"{L}: {r[f'ppl_{L}']:7.2f}" for L in LENGTHS) + f"  ({took})",
-              flush=True)
     columns = [("name", "positions", ""), ("params", "params", ",d"),
                *[(f"ppl_{L}", f"ppl @{L}", ".2f") for L in LENGTHS],
                ("ratio", f"@{LENGTHS[-1]} / @{LENGTHS[0]}", ".2f"),
                *[(f"book_{L}", f"book @{L}", ".2f") for L in (LENGTHS[0], LENGTHS[-1])]]
-    tc = ctx.settings
-    title = (f"positions, {ctx.preset} preset: trained on {TRAIN_LENGTH} tokens, {tc.steps} steps x batch "
-             f"{tc.batch_size}, {len(table.seeds)} seed(s)")
+    title = f"positions, trained on {TRAIN_LENGTH} tokens, {table.budget()}"
     book = [report.book(f"alibi: held-out perplexity @{L}", BOOK["alibi"][L], r[f"ppl_{L}"])
             for r in records if r["name"] == "alibi" and table.book for L in (LENGTHS[0], LENGTHS[-1])]
-    return Result(rows=records, book=book,
-                  claims=report.claims_across_seeds(claims, {r["name"]: r for r in records}, len(table.seeds)),
-                  tables={"Trained on 64 tokens, read on longer windows": report.format_table(columns, records)},
-                  figures={"positions.png": figure(records, title)},
-                  config={"train": dataclasses.asdict(tc), "seeds": table.seeds, "base": BASE.to_dict(),
-                          "train_length": TRAIN_LENGTH, "lengths": list(LENGTHS), "data": table.describe()})
+    return table.result(records, claims=claims, book=book,
+                        tables={"Trained on 64 tokens, read on longer windows": report.format_table(columns, records)},
+                        figures={"positions.png": figure(records, title)},
+                        config={"base": BASE.to_dict(), "train_length": TRAIN_LENGTH, "lengths": list(LENGTHS)})
 
 
 EXPERIMENT = Experiment("positions", __doc__, PRESETS, run, rows=list(KINDS))

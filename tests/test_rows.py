@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 
 from experiments.harness import rows
-from experiments.harness.tables import held_out
+from experiments.harness.experiment import SMOKE_HELD_OUT_TOKENS
 from attention_jax.train import text_task
 from experiments import ladder
 from experiments.configs import by_name, LADDER
@@ -42,10 +42,10 @@ def trained(tmp_path_factory, bpe_cache, corpus_folder):
 
 
 def splits():
-    """The smoke preset's splits: its held-out split is the first SMOKE_VAL_TOKENS."""
+    """The smoke preset's splits: its held-out split is the first SMOKE_HELD_OUT_TOKENS."""
     from attention_jax.data import load_tokens, resolve_corpus, train_val_split
     train, val = train_val_split(load_tokens(resolve_corpus(None), verbose=False))
-    return train, held_out(val, "smoke")
+    return train, val[:SMOKE_HELD_OUT_TOKENS]
 
 
 def test_load_model_reproduces_the_rows_val_perplexity_exactly(trained):

@@ -60,11 +60,18 @@ def test_a_file_that_cannot_be_a_corpus_is_one_line_and_exit_2(tmp_path, content
     assert not (tmp_path / "out" / "ladder" / "rows").exists()      # nothing trained, nothing cached
 
 
-def test_only_the_smoke_preset_reads_a_slice_of_the_held_out_split():
-    import numpy as np
-    from experiments.harness.tables import SMOKE_VAL_TOKENS, held_out
-    val = np.arange(46_000)
-    assert held_out(val, "cpu") is val and held_out(val, "paper") is val
-    np.testing.assert_array_equal(held_out(val, "smoke"), val[:SMOKE_VAL_TOKENS])    # the first tokens, in order
-    assert len(held_out(val, "smoke", longest=4096)) == 2 * 4097                     # two of the longest windows
-    assert len(held_out(val[:1000], "smoke")) == 1000                                 # a short split stays whole
+def test_only_the_smoke_preset_reads_a_slice_of_the_held_out_split(tmp_path, corpus_folder):
+    """The harness turns the preset into a value (held_out_tokens); the table reads that, not the preset's name."""
+    from attention_jax.data import load_tokens, resolve_corpus, train_val_split
+    from experiments.harness.experiment import SMOKE_HELD_OUT_TOKENS
+    from experiments.harness.tables import Table
+    _, val = train_val_split(load_tokens(resolve_corpus(corpus_folder), verbose=False))
+    for preset, want in (("smoke", SMOKE_HELD_OUT_TOKENS), ("cpu", None), ("paper", None)):
+        args = ladder.EXPERIMENT.parser().parse_args(["--preset", preset, "--out", str(tmp_path), "--data",
+                                                      str(corpus_folder)])
+        ctx = ladder.EXPERIMENT.context(args)
+        assert ctx.held_out_tokens == want
+        got = Table.on_corpus(ctx).splits[1]
+        assert len(got) == (want or len(val)) and (got == val[:len(got)]).all()   # the first tokens, in order
+    ctx.held_out_tokens = 1000
+    assert len(Table.on_corpus(ctx, longest=4096).splits[1]) == 2 * 4097           # two of the longest windows

@@ -150,24 +150,30 @@ def test_killed_run_resumes_bit_for_bit(tmp_path, monkeypatch, engine, dropout, 
 TC12 = dataclasses.replace(TC, steps=12, checkpoint_every=4, eval_every=4)   # 4 divides all three
 
 
-def test_steps_per_call_divides_the_run_and_its_intervals(monkeypatch):
+def test_steps_per_call_divides_the_run_and_its_intervals():
     choose = loop.choose_steps_per_call
-    monkeypatch.delenv(loop.STEPS_PER_CALL_ENV, raising=False)
     assert choose(TC12) == 1                                        # a CPU: one step per call
+    assert loop.default_steps_per_call("gpu") == loop.default_steps_per_call("tpu") == 16
     assert [choose(TC12, asked=a) for a in (16, 4, 3, 2)] == [4, 4, 2, 2]
     assert choose(dataclasses.replace(TC12, checkpoint_every=3), asked=16) == 1
     assert choose(dataclasses.replace(TC12, checkpoint_every=3), asked=16, checkpoints=False) == 4
     assert choose(TrainConfig(steps=3000, eval_every=500, checkpoint_every=500), asked=16) == 10   # the paper's
-    monkeypatch.setenv(loop.STEPS_PER_CALL_ENV, "2")
-    assert choose(TC12) == 2 and choose(TC12, asked=4) == 4        # an argument wins over the environment
-    for bad in ("0", "-3", "two", "²"):
-        monkeypatch.setenv(loop.STEPS_PER_CALL_ENV, bad)
-        with pytest.raises(ConfigError, match=loop.STEPS_PER_CALL_ENV) as err:
-            choose(TC12)
-        one_line(err.value)
     for bad in (0, 2.5, True):
         with pytest.raises(ConfigError, match="steps_per_call") as err:
             choose(TC12, asked=bad)
+        one_line(err.value)
+
+
+def test_the_lab_reads_steps_per_call_from_the_environment_and_refuses_nonsense(monkeypatch):
+    from experiments.harness.experiment import STEPS_PER_CALL_ENV, steps_per_call_from_env
+    monkeypatch.delenv(STEPS_PER_CALL_ENV, raising=False)
+    assert steps_per_call_from_env() is None
+    monkeypatch.setenv(STEPS_PER_CALL_ENV, "2")
+    assert steps_per_call_from_env() == 2
+    for bad in ("0", "-3", "two", "²"):
+        monkeypatch.setenv(STEPS_PER_CALL_ENV, bad)
+        with pytest.raises(ConfigError, match=STEPS_PER_CALL_ENV) as err:
+            steps_per_call_from_env()
         one_line(err.value)
 
 

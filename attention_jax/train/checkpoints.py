@@ -12,6 +12,7 @@ pytree, so one orbax `CheckpointManager` save is a complete resume point. Beside
 """
 from __future__ import annotations
 
+import dataclasses
 import hashlib
 import json
 import os
@@ -30,6 +31,12 @@ from attention_jax.errors import CheckpointError, hush_unraisable
 from attention_jax.train.distributed import barrier, is_writer, to_host
 
 KEEP = 2   # the latest step and one to fall back to
+
+
+def fingerprint(model_config, train_config, seeds, task_identity=None) -> dict:
+    """What made a run: its checkpoints resume only under the same one (and a row's cache key is built on it)."""
+    return {"model": model_config.to_dict(), "train": dataclasses.asdict(train_config), "seeds": [int(s) for s in seeds],
+            **({"task": dict(task_identity)} if task_identity else {})}
 
 
 def state_digest(state) -> str:

@@ -25,7 +25,6 @@ from __future__ import annotations
 import dataclasses
 import json
 import math
-import os
 import pathlib
 import time
 from typing import Any, Sequence
@@ -35,30 +34,19 @@ from tqdm.auto import tqdm
 
 from attention_jax.config import TrainConfig
 from attention_jax.errors import STOP, ConfigError, Preempted, TrainingDiverged
-from attention_jax.train.checkpoints import Checkpoints
+from attention_jax.train.checkpoints import Checkpoints, fingerprint
 from attention_jax.train.distributed import is_writer, to_host
 from attention_jax.train.engine import Engine
 from attention_jax.train.tasks import Task
 
 STEP_METRICS = ("loss", "lr", "grad_norm", "block_grad_norm")
-STEPS_PER_CALL_ENV = "ATTENTION_JAX_STEPS_PER_CALL"   # a positive number overrides the backend's default
 ACCELERATOR_STEPS_PER_CALL = 16
 
 
-def default_steps_per_call() -> int:
-    """$ATTENTION_JAX_STEPS_PER_CALL, else 1 on a CPU and 16 on a GPU/TPU."""
-    text = os.environ.get(STEPS_PER_CALL_ENV, "").strip()
-    if text:
-        try:
-            value = int(text)
-        except ValueError:
-            value = 0
-        if value < 1:
-            raise ConfigError(f"{STEPS_PER_CALL_ENV}={text!r} must be a positive whole number "
-                              "(1 = one step per call), or unset for the backend's default")
-        return value
+def default_steps_per_call(backend: str | None = None) -> int:
+    """1 on a CPU (a step is milliseconds of compute), 16 on a GPU/TPU (a step is less than its launch)."""
     import jax
-    return 1 if jax.default_backend() == "cpu" else ACCELERATOR_STEPS_PER_CALL
+    return 1 if (backend or jax.default_backend()) == "cpu" else ACCELERATOR_STEPS_PER_CALL
 
 
 def choose_steps_per_call(train_config: TrainConfig, *, asked: int | None = None, checkpoints: bool = True) -> int:
@@ -101,9 +89,8 @@ def fit(engine: Engine, task: Task, *, seeds: Sequence[int] = (0,), workdir: str
     workdir = pathlib.Path(workdir) if workdir is not None else None
     ckpt = None
     if workdir is not None:
-        fingerprint = {"model": engine.model_config.to_dict(), "train": dataclasses.asdict(tc), "seeds": seeds,
-                       **({"task": task.identity} if task.identity else {})}
-        ckpt = Checkpoints(workdir, tc.checkpoint_every, fingerprint, resume=resume)
+        ckpt = Checkpoints(workdir, tc.checkpoint_every, fingerprint(engine.model_config, tc, seeds, task.identity),
+                           resume=resume)
     start, state = ckpt.restore(engine.abstract_state(seeds)) if ckpt else (0, None)
     metrics_file = workdir / "metrics.jsonl" if workdir is not None else None
     if metrics_file is not None and start == 0 and is_writer():

@@ -26,26 +26,54 @@ from attention_jax.errors import ConfigError, UserError
 from experiments.harness import cli, report
 from experiments.harness.platform import apply_mallopt
 
+STEPS_PER_CALL_ENV = "ATTENTION_JAX_STEPS_PER_CALL"
+SMOKE_HELD_OUT_TOKENS = 4096   # the smoke preset checks plumbing: reading all held-out text was most of its time
+
 
 @dataclasses.dataclass
 class Context:
-    """What a run is asked to do: the parsed flags, the preset and its settings, the results folder."""
+    """What a run is asked to do, as values: the flags are read once, into these, and stop here.
+
+    `args` keeps the experiment's own flags (--width, --warmup, ...) for its `run` alone.
+    """
     args: argparse.Namespace
     name: str
     preset: str
     settings: Any                 # the preset's value (a TrainConfig for training tables, with overrides)
     folder: pathlib.Path          # <out>/<name>/, known to be writable
     rows: list[str] = dataclasses.field(default_factory=list)   # training tables: the chosen rows
-
-    @property
-    def progress(self) -> bool:
-        return not getattr(self.args, "no_progress", False)
+    seeds: list[int] = dataclasses.field(default_factory=lambda: [0])
+    fresh: bool = False           # retrain finished rows
+    progress: bool = True         # progress bars
+    corpus: str | None = None     # a text of the user's own (--corpus)
+    data: str | None = None       # where tiny-shakespeare is (--data)
+    held_out_tokens: int | None = None    # read only the first N held-out tokens (the smoke preset's plumbing)
+    steps_per_call: int | None = None     # training steps per compiled call (None: the backend's default)
+    train_overrides: dict = dataclasses.field(default_factory=dict)   # --steps, --lr, ... for any TrainConfig
+    model_overrides: dict = dataclasses.field(default_factory=dict)   # --attention, --dtype for every row
 
     def model(self, config):
         """A row's ModelConfig with the command line's --attention / --dtype applied."""
-        change = {k: getattr(self.args, k, None) for k in ("attention", "dtype")}
-        change = {k: v for k, v in change.items() if v is not None}
-        return dataclasses.replace(config, **change) if change else config
+        return dataclasses.replace(config, **self.model_overrides) if self.model_overrides else config
+
+    def budget(self, train_config):
+        """A TrainConfig with the command line's --steps, --batch-size, --lr, --schedule, --eval-every applied."""
+        return dataclasses.replace(train_config, **self.train_overrides) if self.train_overrides else train_config
+
+
+def steps_per_call_from_env() -> int | None:
+    """$ATTENTION_JAX_STEPS_PER_CALL as a number, None when unset; anything else is one clear error."""
+    text = os.environ.get(STEPS_PER_CALL_ENV, "").strip()
+    if not text:
+        return None
+    try:
+        value = int(text)
+    except ValueError:
+        value = 0
+    if value < 1:
+        raise ConfigError(f"{STEPS_PER_CALL_ENV}={text!r} must be a positive whole number "
+                          "(1 = one step per call), or unset for the backend's default")
+    return value
 
 
 @dataclasses.dataclass
@@ -95,15 +123,22 @@ class Experiment:
         return p
 
     def context(self, args: argparse.Namespace) -> Context:
+        """The flags turned into values, once: nothing past here reads them (but the experiment's own)."""
         cli.join_processes(args)
         preset, settings = cli.choose_preset(args.preset, self.presets)
         folder = cli.results_folder(args.out, self.name)
-        chosen = []
+        ctx = Context(args, self.name, preset, settings, folder, steps_per_call=steps_per_call_from_env(),
+                      progress=not getattr(args, "no_progress", False))
         if self.rows is not None:
-            from experiments.harness.rows import with_overrides
-            chosen = cli.choose_names(args.rows, list(self.rows))
-            settings = with_overrides(settings, args)
-        return Context(args, self.name, preset, settings, folder, chosen)
+            flags = {"steps": args.steps, "batch_size": args.batch_size, "lr": args.lr, "schedule": args.schedule,
+                     "eval_every": args.eval_every}
+            ctx.train_overrides = {k: v for k, v in flags.items() if v is not None}
+            ctx.model_overrides = {k: getattr(args, k) for k in ("attention", "dtype") if getattr(args, k) is not None}
+            ctx.settings = ctx.budget(settings)
+            ctx.rows = cli.choose_names(args.rows, list(self.rows))
+            ctx.seeds, ctx.fresh, ctx.corpus, ctx.data = list(range(args.seeds)), args.fresh, args.corpus, args.data
+            ctx.held_out_tokens = SMOKE_HELD_OUT_TOKENS if preset == "smoke" else None
+        return ctx
 
     def execute(self, args: argparse.Namespace) -> Result:
         from experiments.harness.platform import backend_errors
@@ -123,8 +158,8 @@ class Experiment:
         print(describe_backend(backend), flush=True)
         if kept:
             print(compile_cache.describe(kept), flush=True)
-        from attention_jax.train.loop import STEPS_PER_CALL_ENV, default_steps_per_call
-        per_call = default_steps_per_call()     # a bad $ATTENTION_JAX_STEPS_PER_CALL: one line now, not mid-table
+        from attention_jax.train.loop import default_steps_per_call
+        per_call = ctx.steps_per_call or default_steps_per_call()
         if per_call > 1:
             print(f"training: up to {per_call} steps per compiled call ({STEPS_PER_CALL_ENV}=1: one)", flush=True)
         if self.rows is not None:   # a training table: say what computes attention here, "auto" resolved

@@ -1,7 +1,6 @@
 """Training a table's rows: a cache of finished rows and a checkpoint folder per row.
 
-Every training experiment runs its rows through `train_row` (the corpus tables by way of
-`TextTable.train`). A row's key is a hash of its model config, training config, preset,
+Every training experiment runs its rows through `train_row` (by way of `tables.Table.train`). A row's key is a hash of its model config, training config, preset,
 seeds and task (the corpus, when it is not the default), so a rerun of the same command
 skips finished rows, an interrupted row resumes from its last checkpoint, and changing
 anything about a row trains it anew.
@@ -28,22 +27,16 @@ from attention_jax.config import ModelConfig, TrainConfig
 Measure = Callable[[Any, Any], dict]   # (engine, state) -> figures to keep with the row
 
 
-def with_overrides(train_config: TrainConfig, args) -> TrainConfig:
-    """The preset's training config with the command line's overrides applied."""
-    flags = {"steps": args.steps, "batch_size": args.batch_size, "lr": args.lr, "schedule": args.schedule,
-             "eval_every": args.eval_every}
-    change = {k: v for k, v in flags.items() if v is not None}
-    return dataclasses.replace(train_config, **change)
-
-
 def row_key(name: str, model_config: ModelConfig, train_config: TrainConfig, preset: str, seeds,
             task_identity: Mapping | None = None) -> str:
-    blob = {"model": model_config.to_dict(), "train": dataclasses.asdict(train_config), "preset": preset,
-            "seeds": list(seeds)}
-    if task_identity:
-        blob["task"] = dict(task_identity)
-    digest = hashlib.sha256(json.dumps(blob, sort_keys=True).encode()).hexdigest()[:12]
-    return f"{name}-{digest}"
+    """<name>-<12 hex>: the hash of what made the row (its fingerprint) and the preset."""
+    from attention_jax.train.checkpoints import fingerprint
+    blob = {**fingerprint(model_config, train_config, seeds, task_identity), "preset": preset}
+    return f"{name}-{_hash(blob)[:12]}"
+
+
+def _hash(blob) -> str:
+    return hashlib.sha256(json.dumps(blob, sort_keys=True).encode()).hexdigest()
 
 
 def _note(message: str) -> None:
@@ -102,7 +95,8 @@ def load_model(record: dict, folder: pathlib.Path, *, seed: int = 0):
 
 def train_row(name: str, model_config: ModelConfig, train_config: TrainConfig, task, *, preset: str, seeds,
               folder: pathlib.Path, fresh: bool = False, progress: bool = True,
-              measures: Mapping[str, Measure] | None = None, reopen: bool = False) -> dict:
+              measures: Mapping[str, Measure] | None = None, reopen: bool = False,
+              steps_per_call: int | None = None) -> dict:
     """Train one row (or load it when already finished) and return its record.
 
     `measures` maps a name to `measure(engine, state) -> dict`: a table's own figures
@@ -112,7 +106,7 @@ def train_row(name: str, model_config: ModelConfig, train_config: TrainConfig, t
     is needed but damaged or gone is trained again, that row alone (not the whole table).
     """
     from attention_jax.errors import CheckpointError
-    from attention_jax.train import Engine, fit
+    from attention_jax.train import Engine, fingerprint, fit
     from attention_jax.inspect import count_params
     measures = dict(measures or {})
     key = row_key(name, model_config, train_config, preset, seeds, task.identity)
@@ -134,19 +128,37 @@ def train_row(name: str, model_config: ModelConfig, train_config: TrainConfig, t
             fresh = True
     engine = Engine(model_config, train_config, n_seeds=len(seeds))
     result = fit(engine, task, seeds=seeds, workdir=folder / "runs" / key, resume=not fresh, progress=progress,
-                 desc=name)
+                 desc=name, steps_per_call=steps_per_call)
     record = {"name": name, "key": key, "params": count_params(model_config), "seeds": list(seeds),
               "steps": result.steps, "seconds": result.seconds, "resumed_from": result.resumed_from,
               "steps_per_call": result.steps_per_call,
               "config": model_config.to_dict(), "train_config": dataclasses.asdict(train_config),
-              "fingerprint": {"model": model_config.to_dict(), "train": dataclasses.asdict(train_config),
-                              "seeds": list(seeds), **({"task": task.identity} if task.identity else {})},
+              "fingerprint": fingerprint(model_config, train_config, seeds, task.identity),
               "task": task.identity, "final": result.final, "history": result.history,
               "train_log": _every(result.train_log, train_config.log_every),
               "measures": {m: fn(engine, result.state) for m, fn in measures.items()}}
     _write(done_file, record)
     record["cached"] = False
     return _labelled(record, model_config)
+
+
+def measured(name: str, identity: dict, compute: Callable[[], dict], *, folder: pathlib.Path,
+             fresh: bool = False) -> dict:
+    """A measurement that trains nothing, kept like a finished row (rows/<name>-<hash>.json, its
+    content's sha256 checked on reading): `compute()` runs when it is missing, damaged or `fresh`."""
+    key = f"{name}-{_hash(identity)[:12]}"
+    path = folder / "rows" / f"{key}.json"
+    if path.exists() and not fresh:
+        try:
+            record = json.loads(path.read_text(encoding="utf-8"))
+            if isinstance(record, dict) and record.get("key") == key and record.get("digest") == _digest(record):
+                return record["value"]
+        except (OSError, ValueError):
+            pass
+        _note(f"{path} is damaged or belongs to another measurement; measuring again")
+    value = compute()
+    _write(path, {"key": key, "identity": identity, "value": value})
+    return value
 
 
 def _labelled(record: dict, model_config: ModelConfig) -> dict:
@@ -172,8 +184,7 @@ def _every(log: list[dict], n: int) -> list[dict]:
 
 def _digest(record: dict) -> str:
     """sha256 of a record's content: a figure changed inside still-valid JSON is caught on reading."""
-    body = {k: v for k, v in record.items() if k not in ("cached", "digest")}
-    return hashlib.sha256(json.dumps(body, sort_keys=True).encode()).hexdigest()
+    return _hash({k: v for k, v in record.items() if k not in ("cached", "digest")})
 
 
 def _write(path: pathlib.Path, record: dict) -> None:

@@ -1,54 +1,39 @@
-"""The start every corpus-trained table shares: the corpus, its splits, and its rows trained alike.
+"""The shape every training table shares: rows trained alike, a line each, claims per seed, one Result.
 
-    table = TextTable.open(ctx, longest=256)     # tiny-shakespeare, or --corpus PATH
-    record = table.train("layer_norm", config)   # cached, resumable; train/val perplexity per seed
-    model = table.load_model(record)             # the trained model, reopened
+    table = Table.on_corpus(ctx, longest=256)              # tiny-shakespeare, or --corpus PATH
+    r = table.train("layer_norm", config, say=lambda r: f"val {r['val']}")   # cached, resumable
+    model = table.load_model(r)                            # the trained model, reopened
+    return table.result(records, claims=claims, tables={...}, figures={...}, book=[...])
 
-Every row of a table gets the command's training config, preset, seeds and flags, and
-the same corpus; its record carries the final figures as mean, std and per seed.
-
-The smoke preset reads only the first `SMOKE_VAL_TOKENS` of the held-out split: its
-figures mean nothing at that budget, and reading the whole split (about 46k tokens, several
-times per row) was most of a smoke run's time after compiling. results.json says how many
-held-out tokens were read.
+Every row gets the command's seeds, training config (or the one given), flags and data;
+its record carries each final figure as mean, std and per seed (`val_ppl`, `val_ppl_std`,
+`val_ppl_seeds`; `train` and `val` as text). A table keeps only its rows, claims, columns
+and figures.
 """
 from __future__ import annotations
 
 import dataclasses
-from typing import Mapping
+from typing import Callable, Mapping
 
 from attention_jax.config import ModelConfig, TrainConfig
 from attention_jax.errors import DataError
-from experiments.harness import rows
-from experiments.harness.experiment import Context
-
-SMOKE_VAL_TOKENS = 4096
-
-
-def held_out(val, preset: str, *, longest: int = 128):
-    """The held-out tokens a preset reads: all of them, or for smoke the first SMOKE_VAL_TOKENS
-    (at least two windows of `longest`)."""
-    return val if preset != "smoke" else val[:max(SMOKE_VAL_TOKENS, 2 * (longest + 1))]
+from experiments.harness import report, rows
+from experiments.harness.experiment import Context, Result
 
 
 @dataclasses.dataclass
-class TextTable:
+class Table:
     ctx: Context
-    corpus: object               # attention_jax.data.text.CorpusInfo
-    splits: tuple                # (train, val) token ids
-    seeds: list[int]
+    corpus: object = None        # attention_jax.data.text.CorpusInfo, for the corpus tables
+    splits: tuple = ()           # (train, val) token ids
 
     @classmethod
-    def open(cls, ctx: Context, *, longest: int = 128, vocab_size: int = 1024) -> "TextTable":
-        """Load the corpus (--data / --corpus), tokenize it (cached) and split it 90/10.
-
-        `longest`: the longest window any row trains or is read on; a corpus whose held-out
-        split cannot fill one is refused here, before anything trains.
-        """
+    def on_corpus(cls, ctx: Context, *, longest: int = 128, vocab_size: int = 1024) -> "Table":
+        """The corpus (--data / --corpus) tokenized (cached) and split 90/10. `longest`: the longest
+        window any row trains or is read on; a held-out split that cannot fill one is refused here."""
         from attention_jax.data import load_tokens, resolve_corpus, train_val_split
         from attention_jax.data.text import check_text_file
-        args = ctx.args
-        info = check_text_file(args.corpus) if args.corpus else check_text_file(resolve_corpus(args.data))
+        info = check_text_file(ctx.corpus) if ctx.corpus else check_text_file(resolve_corpus(ctx.data))
         tokens = load_tokens(info.path, vocab_size=vocab_size)
         if len(tokens) < 10 * (longest + 1):
             raise DataError(f"corpus {info.path} is too small: {len(tokens):,} tokens, and its 10% held-out split "
@@ -57,30 +42,51 @@ class TextTable:
         if not info.default:
             print(f"corpus: {info.name} (sha256 {info.sha256[:16]}): not the book's, so no book figures", flush=True)
         train, val = train_val_split(tokens)
-        return cls(ctx, info, (train, held_out(val, ctx.preset, longest=longest)), list(range(args.seeds)))
+        if ctx.held_out_tokens:
+            val = val[:max(ctx.held_out_tokens, 2 * (longest + 1))]
+        return cls(ctx, info, (train, val))
+
+    @property
+    def seeds(self) -> list[int]:
+        return self.ctx.seeds
 
     @property
     def book(self) -> bool:
         """Whether the book's figures apply: only on the chapter's own corpus."""
-        return self.corpus.default
+        return self.corpus is None or self.corpus.default
 
-    def train(self, name: str, model_config: ModelConfig, *, train_config: TrainConfig | None = None,
-              measures: Mapping[str, rows.Measure] | None = None, reopen: bool = False) -> dict:
-        """Train (or reload) one row; its record with mean/std/per-seed train and val perplexity.
-
-        `reopen`: the table will `load_model` it, so its checkpoint must restore (else the row retrains)."""
+    def text_task(self, model_config: ModelConfig, train_config: TrainConfig):
+        """Next-token prediction on the corpus: train and held-out perplexity."""
         from attention_jax.train import text_task
+        return text_task(*self.splits, batch_size=train_config.batch_size, context=model_config.context,
+                         train_eval_windows=train_config.train_eval_windows, identity=self.corpus.identity())
+
+    def train(self, name: str, model_config: ModelConfig, *, train_config: TrainConfig | None = None, task=None,
+              measures: Mapping[str, rows.Measure] | None = None, reopen: bool = False,
+              say: Callable[[dict], str] | None = None) -> dict:
+        """Train (or reload) one row: its record, each final figure as mean/std/per seed, and one line
+        `  name  say(record)  (seconds or "cached")`. `reopen`: the table will `load_model` it, so its
+        checkpoint must restore (else the row retrains)."""
         tc, model_config = train_config or self.ctx.settings, self.ctx.model(model_config)
-        task = text_task(*self.splits, batch_size=tc.batch_size, context=model_config.context,
-                         train_eval_windows=tc.train_eval_windows, identity=self.corpus.identity())
-        record = rows.train_row(name, model_config, tc, task, preset=self.ctx.preset, seeds=self.seeds,
-                                folder=self.ctx.folder, fresh=self.ctx.args.fresh, progress=self.ctx.progress,
-                                measures=measures, reopen=reopen)
+        task = task or self.text_task(model_config, tc)
+        ctx = self.ctx
+        record = rows.train_row(name, model_config, tc, task, preset=ctx.preset, seeds=self.seeds, folder=ctx.folder,
+                                fresh=ctx.fresh, progress=ctx.progress, measures=measures, reopen=reopen,
+                                steps_per_call=ctx.steps_per_call)
         for figure in record["final"]:
             record[figure], record[f"{figure}_std"], record[f"{figure}_seeds"] = rows.summary(record, figure)
-        record["train"], record["val"] = (rows.fmt(record["train_ppl"], record["train_ppl_std"]),
-                                          rows.fmt(record["val_ppl"], record["val_ppl_std"]))
+        if "val_ppl" in record:
+            record["train"] = rows.fmt(record["train_ppl"], record["train_ppl_std"])
+            record["val"] = rows.fmt(record["val_ppl"], record["val_ppl_std"])
+        if say is not None:
+            took = "cached" if record["cached"] else f"{record['seconds']:.0f} s"
+            width = max(map(len, ctx.rows or [name]))
+            print(f"  {name:<{width}}  {say(record)}  ({took})", flush=True)
         return record
+
+    def restore(self, record: dict):
+        """(engine, state) of a finished row, from its checkpoint."""
+        return rows.restore_state(record, self.ctx.folder)
 
     def load_model(self, record: dict, *, seed: int = 0):
         return rows.load_model(record, self.ctx.folder, seed=seed)
@@ -89,5 +95,25 @@ class TextTable:
         """What results.json says about the data."""
         from experiments.harness.platform import backend_summary
         train, val = self.splits
-        return {"backend": backend_summary(), "corpus": self.corpus.name, "sha256": self.corpus.sha256, "path": str(self.corpus.path),
-                "train_tokens": int(len(train)), "val_tokens": int(len(val)), "book_figures": self.book}
+        return {"backend": backend_summary(), "corpus": self.corpus.name, "sha256": self.corpus.sha256,
+                "path": str(self.corpus.path), "train_tokens": int(len(train)), "val_tokens": int(len(val)),
+                "book_figures": self.book}
+
+    def budget(self, train_config: TrainConfig | None = None) -> str:
+        """The preset and budget in words, for titles: "cpu preset: 2250 steps x batch 32, lr 0.003, 1 seed(s)"."""
+        tc = train_config or self.ctx.settings
+        corpus = f", {self.corpus.name}" if self.corpus is not None else ""
+        return (f"{self.ctx.preset} preset: {tc.steps} steps x batch {tc.batch_size}, lr {tc.lr:g}, "
+                f"{len(self.seeds)} seed(s){corpus}")
+
+    def result(self, records: list[dict], *, claims: Callable[[dict], list[dict]], tables: dict, figures: dict,
+               book=(), config: dict | None = None, extra: dict | None = None, check: dict | None = None) -> Result:
+        """The table's Result: `claims` checked on the seed means and on every seed (`check`: the records
+        by name, or what the claims read instead), the training config, seeds and data in its config."""
+        check = {r["name"]: r for r in records} if check is None else check
+        found = report.claims_across_seeds(claims, check, len(self.seeds))
+        block = {"train": dataclasses.asdict(self.ctx.settings), "seeds": self.seeds, **(config or {})}
+        if self.corpus is not None:
+            block["data"] = self.describe()
+        return Result(rows=records, claims=found, tables=tables, figures=figures, book=list(book), config=block,
+                      extra=extra or {})

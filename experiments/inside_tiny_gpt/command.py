@@ -30,15 +30,15 @@ def run(ctx) -> Result:
     from attention_jax.data import eval_windows
     from attention_jax.data import tiny_world as tw
     from experiments.harness import rows as row_cache
+    from experiments.harness.tables import Table
     pm = functools.partial(row_cache.fmt, spec=".3f")     # mean ± std over the seeds
-    args, tc = ctx.args, ctx.settings
-    if args.corpus or args.data:
+    args, tc, seeds = ctx.args, ctx.settings, ctx.seeds
+    if ctx.corpus or ctx.data:
         raise ConfigError("the tiny GPT trains on the generated world, not a corpus; drop --corpus/--data "
                           "(--world-seed N draws another world)")
     if args.world_seed < 0:
         raise ConfigError(f"--world-seed {args.world_seed} must be a non-negative integer")
-    seeds = list(range(args.seeds))
-    config = ctx.model(CONFIG) if hasattr(ctx, "model") else CONFIG     # --attention / --dtype, where offered
+    config = ctx.model(CONFIG)
     world, tok, train_ids, val_ids = world_data(args.world_seed)
     ident = identity(world, args.world_seed)
     task = make_task(world, tok, train_ids, val_ids, tc, config.context, ident)
@@ -46,15 +46,15 @@ def run(ctx) -> Result:
               f"lr {tc.lr:g} ({tc.schedule}), {len(seeds)} seed(s)")
     print(f"world (seed {args.world_seed}): {len(world.people)} people in {len(world.cities)} cities, "
           f"{len(world.train_text):,} training and {len(world.val_text):,} validation characters", flush=True)
-    record = row_cache.train_row(ROW, config, tc, task, preset=ctx.preset, seeds=seeds, folder=ctx.folder,
-                                 fresh=args.fresh, progress=ctx.progress, reopen=True)
-    engine, state = row_cache.restore_state(record, ctx.folder)      # fresh or cached, always from the checkpoint
+    table = Table(ctx)
+    record = table.train(ROW, CONFIG, task=task, reopen=True)
+    engine, state = table.restore(record)      # fresh or cached, always from the checkpoint
     models = [engine.model(state, i) for i in range(len(seeds))]
     model = models[0]
     took = "reopened from the row cache" if record["cached"] else f"trained in {record['seconds']:.1f} s"
-    final = {k: row_cache.summary(record, k) for k in record["final"]}
-    print(f"tiny GPT ({record['params']:,} parameters) {took}: validation {pm(*final['val_bpc'][:2])} bits/char, "
-          f"fact accuracy {pm(*final['fact_acc'][:2])}", flush=True)
+    print(f"tiny GPT ({record['params']:,} parameters) {took}: validation "
+          f"{pm(record['val_bpc'], record['val_bpc_std'])} bits/char, fact accuracy "
+          f"{pm(record['fact_acc'], record['fact_acc_std'])}", flush=True)
     tables, figures, claims = {}, {}, []
     person = world.people[0]
 
@@ -204,9 +204,9 @@ def run(ctx) -> Result:
     claims += report.claims_across_seeds(ablation_claims, by_key, len(seeds))
 
     # training
-    train_rows = [dict(figure="validation bits/char", ours=pm(*final["val_bpc"][:2]), lecture="0.409"),
-                  dict(figure="train-window bits/char", ours=pm(*final["train_bpc"][:2]), lecture="-"),
-                  dict(figure="fact accuracy (teacher-forced argmax)", ours=pm(*final["fact_acc"][:2]),
+    train_rows = [dict(figure="validation bits/char", ours=pm(record["val_bpc"], record["val_bpc_std"]), lecture="0.409"),
+                  dict(figure="train-window bits/char", ours=pm(record["train_bpc"], record["train_bpc_std"]), lecture="-"),
+                  dict(figure="fact accuracy (teacher-forced argmax)", ours=pm(record["fact_acc"], record["fact_acc_std"]),
                        lecture="0.93"),
                   dict(figure="fact accuracy (greedy decoding, the lecture's way; seed 0)", ours=f"{greedy0:.3f}",
                        lecture="0.93"),
@@ -233,7 +233,7 @@ def run(ctx) -> Result:
              "heatmap": heat, "sqrt_d_random": rand, "sqrt_d_trained": real,
              "ablation_engine_consistency": consistency}
     summary = [report.book("tiny GPT: parameters", "109,056", f"{record['params']:,}"),
-               report.book("tiny GPT: validation bits/char", LECTURE["intact"][0], final["val_bpc"][0], ".3f"),
+               report.book("tiny GPT: validation bits/char", LECTURE["intact"][0], record["val_bpc"], ".3f"),
                report.book("tiny GPT: fact accuracy (greedy, seed 0)", LECTURE["intact"][1], greedy0, ".3f")]
     summary += [report.book(f"ablation {r['key']}: val bits/char", r["lecture_bpc"], r["bpc"], ".3f")
                 for r in abl if r["key"] != "intact" and r["lecture_bpc"] is not None]

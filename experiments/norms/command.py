@@ -57,12 +57,13 @@ def check_warmup(names, warmup: int, steps: int) -> int:
 
 
 def run(ctx) -> Result:
-    from experiments.harness.tables import TextTable
+    from experiments.harness.rows import fmt
+    from experiments.harness.tables import Table
     from experiments.plots import curves
     tc = ctx.settings
     warm = check_warmup(ctx.rows, ctx.args.warmup or tc.warmup_steps, tc.steps)
     with_warmup, without = dataclasses.replace(tc, warmup_steps=warm), dataclasses.replace(tc, warmup_steps=0)
-    table = TextTable.open(ctx)
+    table = Table.on_corpus(ctx)
     book, depth = table.book, DEPTH.get(ctx.preset, N_LAYERS)
 
     # 1. The gradient norm of each block at initialisation, before any step.
@@ -73,10 +74,9 @@ def run(ctx) -> Result:
         rec = init[norm]
         b = BOOK_INIT[norm] if book else {}
         init_rows.append({**rec, "book_first": b.get("first"), "book_last": b.get("last"),
-                          "book_ratio": b.get("ratio"),
-                          "first_text": rows_fmt(rec["first"], rec["first_std"], 4),
-                          "last_text": rows_fmt(rec["last"], rec["last_std"], 4),
-                          "ratio_text": rows_fmt(rec["ratio"], rec["ratio_std"], 2)})
+                          "book_ratio": b.get("ratio"), "first_text": fmt(rec["first"], rec["first_std"], ".4f"),
+                          "last_text": fmt(rec["last"], rec["last_std"], ".4f"),
+                          "ratio_text": fmt(rec["ratio"], rec["ratio_std"], ".2f")})
         print(f"  init {norm:<4}  block 1 {rec['first']:.4f}  block {depth} {rec['last']:.4f}  "
               f"ratio {rec['ratio']:.2f}  ({len(init_seeds)} seeds)", flush=True)
 
@@ -85,12 +85,11 @@ def run(ctx) -> Result:
     for name, (norm, warmup) in ROWS.items():
         if name not in ctx.rows:
             continue
-        r = table.train(name, model_config(norm, ctx.preset), train_config=with_warmup if warmup else without)
+        r = table.train(name, model_config(norm, ctx.preset), train_config=with_warmup if warmup else without,
+                        say=lambda r: f"train {r['train']:>16}  val {r['val']:>16}")
         r.update(norm=norm, warmup=warm if warmup else 0, book_val_ppl=BOOK_PPL[name] if book else None,
                  lr_first=r["train_log"][0]["lr"] if r["train_log"] else None)
         records.append(r)
-        took = "cached" if r["cached"] else f"{r['seconds']:.0f} s"
-        print(f"  {name:<15} train {r['train']:>16}  val {r['val']:>16}  ({took})", flush=True)
     base = next((r for r in records if r["name"] == "pre_no_warmup"), None)
     for r in records:
         r["vs_pre"] = r["val_ppl"] / base["val_ppl"] if base else None
@@ -102,8 +101,7 @@ def run(ctx) -> Result:
     columns = [("name", "row", ""), ("norm", "norm", ""), ("warmup", "warmup steps", "d"),
                ("train", "train ppl", ""), ("val", "val ppl", ""), ("book_val_ppl", "book val ppl", ".2f"),
                ("vs_pre", "val / pre-norm no warmup", ".2f"), ("book_vs_pre", "book ratio", ".2f")]
-    budget = (f"{ctx.preset} preset: {tc.steps} steps x batch {tc.batch_size}, lr {tc.lr:g}, warmup {warm}, "
-              f"{len(table.seeds)} seed(s), {table.corpus.name}")
+    budget = f"{table.budget()}, warmup {warm}"
     batch, n_batches, _ = PROBE[ctx.preset]
     tables = {f"Gradient norm per block at initialisation ({len(init_seeds)} seeds, mean ± std; "
               f"{n_batches} fixed batch(es) of {batch} windows)": report.format_table(init_columns, init_rows),
@@ -118,20 +116,13 @@ def run(ctx) -> Result:
     if any(len(r["history"]) > 1 for r in records):
         figures["curves.png"] = curves(records, ("val_ppl", "train_ppl"),
                                        ("held-out (val) perplexity", "train perplexity"), f"norms, {budget}")
-    found = (report.claims_across_seeds(claims, {r["name"]: r for r in records}, len(table.seeds))
-             + report.claims_across_seeds(init_claims, init, len(init_seeds)))
     summary = [report.book(f"{r['name']}: val perplexity", r["book_val_ppl"], r["val"]) for r in records
                if r["book_val_ppl"] is not None]
     summary += [report.book(f"{norm}-norm: last/first block gradient norm at init", BOOK_INIT[norm]["ratio"],
                             init[norm]["ratio"]) for norm in init if book and norm in BOOK_INIT]
-    return Result(rows=records, claims=found, tables=tables, figures=figures, book=summary,
-                  config={"train": dataclasses.asdict(tc), "warmup_steps": warm, "seeds": table.seeds,
-                          "init_seeds": init_seeds, "probe": {"batch_size": batch, "batches": n_batches,
-                                                              "data_seed": PROBE_SEED},
-                          "models": {n: model_config(n, ctx.preset).to_dict() for n in NORMS},
-                          "data": table.describe()},
-                  extra={"init": init_rows})
-
-
-def rows_fmt(mean: float, std: float, digits: int) -> str:
-    return f"{mean:.{digits}f}" if not std else f"{mean:.{digits}f} ± {std:.{digits}f}"
+    result = table.result(records, claims=claims, tables=tables, figures=figures, book=summary, extra={"init": init_rows},
+                          config={"warmup_steps": warm, "init_seeds": init_seeds,
+                                  "probe": {"batch_size": batch, "batches": n_batches, "data_seed": PROBE_SEED},
+                                  "models": {n: model_config(n, ctx.preset).to_dict() for n in NORMS}})
+    result.claims += report.claims_across_seeds(init_claims, init, len(init_seeds))
+    return result

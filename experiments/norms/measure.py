@@ -1,10 +1,7 @@
 """The gradient norm of each block at initialisation, before any step (cached like a finished row)."""
 from __future__ import annotations
 
-import json
-
 from attention_jax.config import TrainConfig
-from experiments.harness import report
 from experiments.norms.constants import NORMS, PROBE, PROBE_SEED, model_config
 
 
@@ -52,22 +49,19 @@ def init_record(norm: str, grad_norms) -> dict:
 
 
 def measure_init(ctx, table, seeds: list[int]) -> dict[str, dict]:
-    """Both norms' init measurement, cached in <folder>/init/ like a finished row."""
+    """Both norms' init measurement, kept like a finished row (`rows.measured`)."""
     from experiments.harness import rows
     batch, n_batches, _ = PROBE[ctx.preset]
     probe = TrainConfig(steps=1, batch_size=batch)      # the gradient is taken before any update: no lr in it
-    identity = {**table.corpus.identity(), "probe": [batch, n_batches, PROBE_SEED]}
     out = {}
     for norm in NORMS:
         cfg = model_config(norm, ctx.preset)
-        path = ctx.folder / "init" / f"{rows.row_key('init_' + norm, cfg, probe, ctx.preset, seeds, identity)}.json"
-        if path.exists() and not ctx.args.fresh:
-            try:
-                out[norm] = json.loads(path.read_text(encoding="utf-8"))
-                continue
-            except ValueError:
-                pass
-        batches = probe_batches(table.splits[0], batch_size=batch, n_batches=n_batches, context=cfg.context)
-        out[norm] = init_record(norm, init_grad_norms(cfg, batches, seeds))
-        report.atomic_write(path, json.dumps(out[norm]))
+
+        def compute(cfg=cfg, norm=norm):
+            batches = probe_batches(table.splits[0], batch_size=batch, n_batches=n_batches, context=cfg.context)
+            return init_record(norm, init_grad_norms(cfg, batches, seeds))
+
+        identity = {"model": cfg.to_dict(), "probe": [batch, n_batches, PROBE_SEED], "preset": ctx.preset,
+                    "seeds": seeds, **table.corpus.identity()}
+        out[norm] = rows.measured(f"init_{norm}", identity, compute, folder=ctx.folder, fresh=ctx.fresh)
     return out

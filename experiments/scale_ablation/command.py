@@ -49,8 +49,9 @@ def claims(r: dict) -> list[dict]:
 
 def run(ctx) -> Result:
     from attention_jax.data import eval_windows
-    from experiments.harness.tables import TextTable
-    table = TextTable.open(ctx)
+    from experiments.harness.rows import fmt
+    from experiments.harness.tables import Table
+    table = Table.on_corpus(ctx)
     probe_windows, _ = eval_windows(table.splits[1], ONE_BLOCK.context, max_windows=PROBE_WINDOWS)
     records = []
     for row in ROWS:
@@ -59,13 +60,11 @@ def run(ctx) -> Result:
         tc = row_budget(ctx, row)
         runs = {}
         for scale, way in VARIANTS:
-            cfg = dataclasses.replace(row.config, scale=scale)
-            runs[scale] = rec = train_variant(table, f"{row.name}_{'scaled' if scale else 'unscaled'}", cfg, tc,
-                                       probe_windows)
-            took = "cached" if rec["cached"] else f"{rec['seconds']:.0f} s"
-            print(f"  {row.name:<6} {way:<5} params {rec['params']:>9,}  val {rows_fmt(rec)}  score std "
-                  f"{rec['measures']['init']['score_std'][0]:.3g} -> {rec['score_std']:.3g}  frozen "
-                  f"{100 * rec['frozen']:.1f}%  ({took})", flush=True)
+            say = lambda r, way=way: (f"{way:<5} params {r['params']:>9,}  val {fmt(r['val_ppl'], r['val_ppl_std'])}  "
+                                      f"score std {r['measures']['init']['score_std'][0]:.3g} -> {r['score_std']:.3g}"
+                                      f"  frozen {100 * r['frozen']:.1f}%")
+            runs[scale] = train_variant(table, f"{row.name}_{'scaled' if scale else 'unscaled'}",
+                                        dataclasses.replace(row.config, scale=scale), tc, probe_windows, say)
         r = combine(row, runs, table.book)
         r.update(budget=row.budget, setup=describe_budget(tc))
         records.append(r)
@@ -77,13 +76,12 @@ def run(ctx) -> Result:
                      ("book_std", "book std", ""),
                      ("ent_before", "entropy init", ".3f"), ("ent_after", "entropy trained", ".3f"),
                      ("book_entropy", "book entropy", ""),
-                     ("frozen_before", "> 0.99 init", ""), ("frozen_after", "> 0.99 trained", ""),
-                     ("book_frozen", "book > 0.99", "")]
-    n = len(table.seeds)
+                     ("frozen_before", f"> {FROZEN} init", ""), ("frozen_after", f"> {FROZEN} trained", ""),
+                     ("book_frozen", f"book > {FROZEN}", "")]
     budgets = {}
     for r in records:
         budgets.setdefault(r["setup"], []).append(r["name"])
-    title = (f"scale_ablation, {ctx.preset} preset, {n} seed(s), {table.corpus.name}\n"
+    title = (f"scale_ablation, {ctx.preset} preset, {len(table.seeds)} seed(s), {table.corpus.name}\n"
              + "; ".join(f"{', '.join(names)}: {setup}" for setup, names in budgets.items()))
     figures = {}
     if records:
@@ -97,14 +95,8 @@ def run(ctx) -> Result:
                   report.format_table(score_columns, score_rows(records, table.book))}
     summary = [report.book(f"{r['name']}: perplexity gain from ÷√d", r["book_gain_text"], r["gain_text"])
                for r in records if r["book_gain_text"] is not None]
-    return Result(rows=records, claims=report.claims_across_seeds(claims, {r["name"]: r for r in records}, n),
-                  tables=tables, figures=figures, book=summary,
-                  config={"long": dataclasses.asdict(ctx.settings),
-                          "short": dataclasses.asdict(row_budget(ctx, ROWS[-1])), "seeds": table.seeds,
-                          "rows": {row.name: {"budget": row.budget, "config": row.config.to_dict()} for row in ROWS},
-                          "probe_windows": PROBE_WINDOWS, "frozen_above": FROZEN, "data": table.describe()})
-
-
-def rows_fmt(rec: dict) -> str:
-    from experiments.harness.rows import fmt
-    return fmt(rec["val_ppl"], rec["val_ppl_std"])
+    return table.result(records, claims=claims, tables=tables, figures=figures, book=summary,
+                        config={"short": dataclasses.asdict(row_budget(ctx, ROWS[-1])),
+                                "rows": {row.name: {"budget": row.budget, "config": row.config.to_dict()}
+                                         for row in ROWS},
+                                "probe_windows": PROBE_WINDOWS, "frozen_above": FROZEN})

@@ -54,16 +54,9 @@ def make_probe(engine, windows):
 
 # --- training ----------------------------------------------------------------------------------
 
-def train_variant(table, name, cfg, tc, probe_windows) -> dict:
-    """TextTable.train with the score statistics added to every evaluation (so they are curves too).
-
-    TextTable.train builds its text task itself; this one wraps the same task's `evaluate`.
-    """
-    from experiments.harness import rows
-    from attention_jax.train import text_task
-    ctx = table.ctx
-    base = text_task(*table.splits, batch_size=tc.batch_size, context=cfg.context,
-                     train_eval_windows=tc.train_eval_windows, identity=table.corpus.identity())
+def train_variant(table, name, cfg, tc, probe_windows, say) -> dict:
+    """`table.train` with the score statistics added to every evaluation (so they are curves too)."""
+    base = table.text_task(cfg, tc)
     probes = {}
 
     def probe(engine):
@@ -79,16 +72,11 @@ def train_variant(table, name, cfg, tc, probe_windows) -> dict:
 
     task = dataclasses.replace(base, evaluate=evaluate,
                                identity={**base.identity, "probe": f"scale_ablation/{PROBE_WINDOWS}"})
-    record = rows.train_row(name, cfg, tc, task, preset=ctx.preset, seeds=table.seeds, folder=ctx.folder,
-                            fresh=ctx.args.fresh, progress=ctx.progress, measures={"init": at_init})
-    for figure in record["final"]:
-        record[figure], record[f"{figure}_std"], record[f"{figure}_seeds"] = rows.summary(record, figure)
-    return record
+    return table.train(name, cfg, train_config=tc, task=task, measures={"init": at_init}, say=say)
 
 
 def row_budget(ctx, row: WidthRow) -> TrainConfig:
-    from experiments.harness.rows import with_overrides
-    return ctx.settings if row.budget == "long" else with_overrides(SHORT[ctx.preset], ctx.args)
+    return ctx.settings if row.budget == "long" else ctx.budget(SHORT[ctx.preset])
 
 
 def describe_budget(tc: TrainConfig) -> str:

@@ -57,6 +57,7 @@ def jax_contestant(batch: int, devices: int, loss_only: bool = False, attention:
     from attention_jax import backends
     from attention_jax.train import Engine, TrainConfig
     from attention_jax.train.loop import default_steps_per_call
+    from experiments.harness.experiment import steps_per_call_from_env
     from experiments.configs import ONE_BLOCK
     assert ONE_BLOCK.vocab_size == VOCAB
     cfg = dataclasses.replace(ONE_BLOCK, attention=attention, dtype=dtype, context=context)
@@ -67,7 +68,7 @@ def jax_contestant(batch: int, devices: int, loss_only: bool = False, attention:
     host = [dict(zip(("x", "y"), get_batch(tokens, seed=0, step=s, batch_size=batch, context=context)))
             for s in range(4)]
     batches = [engine.shard([b]) for b in host]
-    per_call = per_call or default_steps_per_call()
+    per_call = per_call or steps_per_call_from_env() or default_steps_per_call()
     scanned = engine.shard_steps([[host[j % 4]] for j in range(per_call)]) if per_call > 1 else None
 
     def step(i):

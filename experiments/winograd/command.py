@@ -24,14 +24,13 @@ def flags(p) -> None:
 
 def run(ctx) -> Result:
     from attention_jax.data import winograd as wg
-    from experiments.harness import rows as row_cache
-    args, tc = ctx.args, ctx.settings
-    if args.data or args.corpus:
+    from experiments.harness.tables import Table
+    args, tc, seeds = ctx.args, ctx.settings, ctx.seeds
+    if ctx.data or ctx.corpus:
         raise ConfigError("winograd generates its own sentences: --data/--corpus do not apply; "
                           "change the words with --nouns FILE / --adjectives FILE")
     spec = wg.load_spec(args.nouns, args.adjectives)
     book = spec == wg.WinogradSpec()
-    seeds = list(range(args.seeds))
     splits = {task: Splits(spec, task == "leaky") for task in TASKS}
     for task in TASKS:   # a word list the chosen rows cannot use is refused before anything trains
         if any(r.startswith(task + "_") for r in ctx.rows):
@@ -39,18 +38,17 @@ def run(ctx) -> Result:
                 splits[task](s)
     vocab = wg.vocabulary(spec)
     context = len(spec.template.split(" ")) - 1
+    table = Table(ctx)
     records = []
     for name in ctx.rows:
         task_name, model_name = name.split("_", 1)
         label, base = MODELS[model_name]
         cfg = dataclasses.replace(base, vocab_size=len(vocab), context=context, d_model=args.width, n_heads=HEADS)
         sp = splits[task_name]
-        task = make_task(sp, seeds, tc.batch_size)
-        r = row_cache.train_row(name, cfg, tc, task, preset=ctx.preset, seeds=seeds, folder=ctx.folder,
-                                fresh=args.fresh, progress=ctx.progress, reopen=name == "clean_two_blocks",
-                                measures={"by_adjective": by_adjective(sp, seeds)})
-        for figure in r["final"]:
-            r[figure], _, r[f"{figure}_seeds"] = row_cache.summary(r, figure)
+        r = table.train(name, cfg, task=make_task(sp, seeds, tc.batch_size), reopen=name == "clean_two_blocks",
+                        measures={"by_adjective": by_adjective(sp, seeds)},
+                        say=lambda r: (f"params {r['params']:>8,}  held-out {pct(r, 'accuracy'):>11}%  other noun "
+                                       f"{pct(r, 'other_noun'):>11}%  train {pct(r, 'train_accuracy'):>11}%"))
         t0 = sp(0)
         r.update(task_kind=task_name, model=label, held_out=pct(r, "accuracy"), other=pct(r, "other_noun"),
                  train_acc=pct(r, "train_accuracy"), n_heldout=len(t0.heldout.sentences),
@@ -58,9 +56,6 @@ def run(ctx) -> Result:
                  book=f"{BOOK[name][0]:.1f}" if book and name in BOOK else None,
                  book_other=f"{BOOK[name][1]:.1f}" if book and name in BOOK and BOOK[name][1] else None)
         records.append(r)
-        took = "cached" if r["cached"] else f"{r['seconds']:.0f} s"
-        print(f"  {name:<17} params {r['params']:>8,}  held-out {r['held_out']:>11}%  other noun "
-              f"{r['other']:>11}%  train {r['train_acc']:>11}%  ({took})", flush=True)
 
     by_name_ = {r["name"]: r for r in records}
     budget = (f"{tc.steps} steps x batch {tc.batch_size}, lr {tc.lr:g}, width {args.width}, "
@@ -80,7 +75,7 @@ def run(ctx) -> Result:
     check = dict(by_name_)
     if "clean_two_blocks" in by_name_:
         r = by_name_["clean_two_blocks"]
-        demos = [attention_demo(row_cache.load_model(r, ctx.folder, seed=s), splits["clean"](s)) for s in seeds]
+        demos = [attention_demo(table.load_model(r, seed=s), splits["clean"](s)) for s in seeds]
         demo = demos[0]
         sides = dict(spec.adjectives)
         a, b = demo["demo"]
@@ -113,8 +108,7 @@ def run(ctx) -> Result:
                                        ("held-out accuracy", "train accuracy"), title, log=False)
     summary = [report.book(f"{r['name']}: held-out accuracy %", BOOK[r['name']][0], r["held_out"], ".1f")
                for r in records if book and r["name"] in BOOK]
-    return Result(rows=records, claims=report.claims_across_seeds(claims, check, len(seeds)), tables=tables,
-                  figures=figures, extra=extra, book=summary,
-                  config={"train": dataclasses.asdict(tc), "seeds": seeds, "width": args.width, "heads": HEADS,
-                          "spec": dataclasses.asdict(spec), "book_figures": book,
-                          "models": {m: base.to_dict() for m, (_, base) in MODELS.items()}})
+    return table.result(records, claims=claims, check=check, tables=tables, figures=figures, extra=extra,
+                        book=summary, config={"width": args.width, "heads": HEADS, "spec": dataclasses.asdict(spec),
+                                              "book_figures": book,
+                                              "models": {m: base.to_dict() for m, (_, base) in MODELS.items()}})
