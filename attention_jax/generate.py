@@ -41,16 +41,18 @@ def next_token(logits, key, temperature, *, greedy: bool = False, top_k: int | N
 def _generate(graphdef, state, buf, key, temperature, *, prompt_len: int, n: int, greedy: bool, top_k):
     model = nnx.merge(graphdef, state)
     model.eval()                           # the merged copy: dropout off, the caller's model untouched
-    T = model.config.context
+    B, T = buf.shape[0], model.config.context
+    draw = jax.vmap(lambda logits, key: next_token(logits, key, temperature, greedy=greedy, top_k=top_k))
 
     def step(carry, i):
         buf, key = carry
         length = prompt_len + i            # tokens so far
         begin = jnp.maximum(length - T, 0)
-        window = jax.lax.dynamic_slice(buf, (begin,), (T,))
-        logits = model(window[None])[0, length - 1 - begin]
+        window = jax.lax.dynamic_slice(buf, (0, begin), (B, T))
+        logits = model(window)[:, length - 1 - begin]
         key, sub = jax.random.split(key)
-        return (buf.at[length].set(next_token(logits, sub, temperature, greedy=greedy, top_k=top_k)), key), None
+        keys = sub[None] if B == 1 else jax.random.split(sub, B)   # one row: the draws of a 1-D prompt
+        return (buf.at[:, length].set(draw(logits, keys)), key), None
 
     (buf, _), _ = jax.lax.scan(step, (buf, key), jnp.arange(n))
     return buf
@@ -59,13 +61,15 @@ def _generate(graphdef, state, buf, key, temperature, *, prompt_len: int, n: int
 def generate(model, prompt, n: int, *, key=None, temperature: float = 1.0, top_k: int | None = None) -> np.ndarray:
     """The prompt's ids followed by `n` generated ones, as an int32 array.
 
+    `prompt`: ids [P], or [B, P] for B prompts of one length, answered together ([B, P + n]).
     `temperature` 0 is greedy decoding (no key needed); otherwise `key` (a `jax.random.key`)
     makes the draw, the same key the same text. `top_k`: draw among the k most likely ids only.
     """
     prompt = np.asarray(prompt)
     vocab = model.config.vocab_size
-    if prompt.ndim != 1 or not len(prompt) or not np.issubdtype(prompt.dtype, np.integer):
-        raise ConfigError(f"the prompt must be a non-empty 1-D list of token ids, got shape {prompt.shape} "
+    if prompt.ndim not in (1, 2) or not prompt.shape[-1] or not len(prompt) \
+            or not np.issubdtype(prompt.dtype, np.integer):
+        raise ConfigError(f"the prompt must be token ids, [P] or [B, P] with P >= 1, got shape {prompt.shape} "
                           f"of {prompt.dtype}")
     check_ids(prompt, vocab)
     if isinstance(n, bool) or not isinstance(n, (int, np.integer)) or n < 0:
@@ -79,11 +83,13 @@ def generate(model, prompt, n: int, *, key=None, temperature: float = 1.0, top_k
     if any(isinstance(m, Bidirectional) for _, m in nnx.iter_modules(model)):
         raise ConfigError("the model sees the future (a bidirectional mask is swapped in): generating one token "
                           "at a time needs the causal mask; generate outside the ablation")
-    T = model.config.context
-    buf = np.zeros(max(T, len(prompt) + n), np.int32)
-    buf[:len(prompt)] = prompt
+    rows = np.atleast_2d(prompt)
+    P, T = rows.shape[1], model.config.context
+    buf = np.zeros((len(rows), max(T, P + n)), np.int32)
+    buf[:, :P] = rows
     graphdef, state = nnx.split(model)
     out = _generate(graphdef, state, jnp.asarray(buf), jax.random.key(0) if key is None else key,
-                    jnp.float32(temperature or 1.0), prompt_len=len(prompt), n=int(n), greedy=temperature == 0,
+                    jnp.float32(temperature or 1.0), prompt_len=P, n=int(n), greedy=temperature == 0,
                     top_k=None if top_k is None else int(top_k))
-    return np.asarray(out[:len(prompt) + n])
+    out = np.asarray(out[:, :P + n])
+    return out[0] if prompt.ndim == 1 else out

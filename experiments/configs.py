@@ -75,6 +75,11 @@ ONE_BLOCK = by_name(LADDER, "layer_norm").config      # one full pre-norm block,
 TINY_GPT = ModelConfig(vocab_size=44, context=96, d_model=64, n_layers=2, n_heads=4,
                        tie_embeddings=True, qkv_bias=True)
 
+# GPT-3 (Brown et al. 2020), counted by 12·L·d² (params, inside_tiny_gpt): no config, no weights.
+GPT3 = dict(n_layers=96, d_model=12288, vocab_size=50257, context=2048, reported=175e9)
+# A softmax row putting more than this on one key is "frozen": its gradient has (almost) vanished.
+FROZEN = 0.99
+
 # The ladder's budgets, shared by the tables built on its models.
 LADDER_BUDGETS = {
     "paper": TrainConfig(steps=3000, batch_size=64, lr=1e-3, checkpoint_every=500, eval_every=500),

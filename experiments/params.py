@@ -12,7 +12,7 @@ import dataclasses
 from attention_jax.config import GPT2_SMALL, ModelConfig
 from experiments.harness import report
 from experiments.harness.experiment import Experiment, Result
-from experiments.configs import LADDER, TINY_GPT
+from experiments.configs import GPT3, LADDER, TINY_GPT
 
 NAME = "params"
 # Counting is instant except GPT-3's 96 abstract blocks (~3 s), which smoke skips.
@@ -21,23 +21,35 @@ PRESETS = {"smoke": dict(count_gpt3=False), "cpu": dict(count_gpt3=True), "paper
 EXPECTED_LADDER = {"no_context": 263_168, "average": 263_168, "average_positions": 279_552,
                    "average_residual": 279_552, "head_replace": 328_704, "head_residual": 328_704,
                    "heads": 345_216, "feed_forward": 476_928, "layer_norm": 477_696, "two_blocks": 675_584}
-GPT3 = dict(n_layers=96, d_model=12288, vocab_size=50257, context=2048, reported=175e9)
+
+
+BLOCK_PARTS = ("ln1", "mixer.qkv", "mixer.out", "ln2", "ffn.up", "ffn.down")
+
+
+def components(cfg: ModelConfig) -> dict[str, int]:
+    """Parameters per component, read off the architecture by hand (the framework is not consulted);
+    a block's parts (BLOCK_PARTS) are counted once, for one block."""
+    d, V, b, f = cfg.d_model, cfg.vocab_size, int(cfg.bias), cfg.d_ff
+    width = cfg.num_heads * cfg.head_dim                       # all heads side by side
+    norm = d + d * b                                           # scale, and shift when biased
+    ffn = cfg.feed_forward
+    return {"token_embed": V * d,
+            "position_embed": cfg.position_rows * d if cfg.positions == "learned" else 0,
+            "ln1": norm if cfg.layer_norm and cfg.mixer != "none" else 0,
+            "mixer.qkv": 3 * (d * width + width * int(cfg.qkv_bias)) if cfg.mixer in ("head", "heads") else 0,
+            "mixer.out": width * d + d * b if cfg.mixer == "heads" else 0,     # W_o: several heads only
+            "ln2": norm if cfg.layer_norm and ffn else 0,
+            "ffn.up": d * f + f * b if ffn else 0,
+            "ffn.down": f * d + d * b if ffn else 0,
+            "ln_f": norm if cfg.layer_norm and cfg.norm == "pre" else 0,
+            "lm_head": 0 if cfg.tie_embeddings else d * V + V * b}
 
 
 def formula(cfg: ModelConfig) -> dict[str, int]:
-    """Parameters per part, read off the architecture by hand (the framework is not consulted)."""
-    d, V, b = cfg.d_model, cfg.vocab_size, int(cfg.bias)
-    width = cfg.num_heads * cfg.head_dim                       # all heads side by side
-    qkv = 3 * (d * width + width * int(cfg.qkv_bias))          # W_q, W_k, W_v
-    mixer = {"none": 0, "average": 0, "head": qkv, "heads": qkv + width * d + d * b}[cfg.mixer]
-    ffn = (d * cfg.d_ff + cfg.d_ff * b + cfg.d_ff * d + d * b) if cfg.feed_forward else 0
-    norm = d + d * b                                           # scale, and shift when biased
-    norms = norm * ((cfg.mixer != "none") + cfg.feed_forward) if cfg.layer_norm else 0
-    return {"token_embed": V * d,
-            "position_embed": cfg.position_rows * d if cfg.positions == "learned" else 0,
-            "blocks": cfg.n_layers * (mixer + ffn + norms),
-            "ln_f": norm if cfg.layer_norm and cfg.norm == "pre" else 0,
-            "lm_head": 0 if cfg.tie_embeddings else d * V + V * b}
+    """Parameters per top-level part of the model (as `inspect.param_breakdown` groups them), by hand."""
+    c = components(cfg)
+    return {"token_embed": c["token_embed"], "position_embed": c["position_embed"],
+            "blocks": cfg.n_layers * sum(c[k] for k in BLOCK_PARTS), "ln_f": c["ln_f"], "lm_head": c["lm_head"]}
 
 
 def block_framework(cfg: ModelConfig) -> dict[str, int]:

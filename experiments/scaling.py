@@ -12,6 +12,7 @@ from __future__ import annotations
 import functools
 import time
 
+from experiments.configs import FROZEN
 from experiments.harness import report
 from experiments.harness.experiment import Experiment, Result
 
@@ -25,7 +26,6 @@ PRESETS = {
     "paper": dict(pairs=20_000, rows=2_000, keys=64, seed=0),
 }
 BOOK_VAR = {4: 3.975, 16: 16.071, 64: 64.249, 256: 253.065, 1024: 1015.562}
-FROZEN = 0.99          # a row putting more than this on one key has (almost) no gradient
 
 
 def random_scores(key, *, pairs, rows, keys):
@@ -74,6 +74,7 @@ def sweep(key, *, pairs, rows, keys):
         out[f"{variant}_one_max"] = stats["max_weight"][:, 0]  # the single row the book prints
         out[f"{variant}_one_eff"] = stats["effective_tokens"][:, 0]
         out[f"{variant}_trace"] = stats["trace"].mean(1)
+        out[f"{variant}_max"] = stats["max_weight"].mean(1)
         out[f"{variant}_frozen"] = jnp.mean(stats["max_weight"] > FROZEN, axis=1)
         out[f"{variant}_eff"] = stats["effective_tokens"].mean(1)
         out[f"{variant}_jac_err"] = stats["jacobian_error"]
@@ -92,25 +93,32 @@ def figures(rows, preset: str) -> dict:
         a1.semilogx(d, [r[f"{variant}_trace"] for r in rows], style, label=variant)
         a2.semilogx(d, [r[f"{variant}_frozen"] for r in rows], style, label=variant)
     a1.set(xlabel="d_k", ylabel="mean trace Σ w(1−w)", title="softmax Jacobian trace")
-    a2.set(xlabel="d_k", ylabel="share of rows with max weight > 0.99", title="frozen rows")
+    a2.set(xlabel="d_k", ylabel=f"share of rows with max weight > {FROZEN}", title="frozen rows")
     a1.legend(), a2.legend()
     fig2.suptitle(f"with and without ÷√d_k, random scores ({preset} preset)")
     return {"std_vs_d.png": fig, "jacobian.png": fig2}
 
 
-def run(ctx) -> Result:
+def measure(*, pairs: int, rows: int, keys: int, seed: int) -> tuple[list[dict], float, float]:
+    """Every width's figures from one compiled `sweep` (random q·k at width d has one home: here),
+    with the seconds spent compiling and running it."""
     import jax
-    p = ctx.settings
-    key = jax.random.key(p["seed"])
-    sizes = {k: p[k] for k in ("pairs", "rows", "keys")}
+    key = jax.random.key(seed)
     with jax.default_matmul_precision("highest"):   # float32 dot products on every backend
         t0 = time.perf_counter()
-        compiled = jax.jit(functools.partial(sweep, **sizes)).lower(key).compile()
+        compiled = jax.jit(functools.partial(sweep, pairs=pairs, rows=rows, keys=keys)).lower(key).compile()
         t1 = time.perf_counter()
         out = jax.device_get(jax.block_until_ready(compiled(key)))
         compile_s, run_s = t1 - t0, time.perf_counter() - t1
-    rows = [dict(d=d, sqrt_d=d ** 0.5, book_var=BOOK_VAR[d], **{k: float(v[i]) for k, v in out.items()})
-            for i, d in enumerate(WIDTHS)]
+    found = [dict(d=d, sqrt_d=d ** 0.5, **{k: float(v[i]) for k, v in out.items()}) for i, d in enumerate(WIDTHS)]
+    return found, compile_s, run_s
+
+
+def run(ctx) -> Result:
+    p = ctx.settings
+    rows, compile_s, run_s = measure(**p)
+    for r in rows:
+        r["book_var"] = BOOK_VAR[r["d"]]
 
     var_table = report.format_table([("d", "d", "d"), ("var", "Var(q·k)", ".3f"), ("book_var", "book", ".3f"),
                                      ("std", "std", ".3f"), ("sqrt_d", "√d", ".3f")], rows)

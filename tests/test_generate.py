@@ -57,8 +57,9 @@ def test_draws_follow_the_softmax_at_the_temperature_and_top_k_keeps_the_k_likel
 
 
 def test_what_cannot_be_generated_is_refused_in_one_line(model):
-    with pytest.raises(ConfigError, match="non-empty 1-D"):
-        generate(model, [], 3, temperature=0)
+    for empty in ([], [[]], [[[1]]]):
+        with pytest.raises(ConfigError, match=r"\[P\] or \[B, P\] with P >= 1"):
+            generate(model, empty, 3, temperature=0)
     with pytest.raises(DataError, match="outside the vocabulary"):
         generate(model, [TINY.vocab_size], 3, temperature=0)
     for bad in ({"n": -1}, {"n": 2.5}, {"temperature": -1.0}, {"temperature": float("nan")}, {"top_k": 0},
@@ -71,3 +72,13 @@ def test_what_cannot_be_generated_is_refused_in_one_line(model):
     with ablate(model, bidirectional=True), pytest.raises(ConfigError, match="sees the future"):
         generate(model, [1], 3, temperature=0)
     assert generate(model, [1], 3, temperature=0).shape == (4,)     # the ablation put the mask back
+
+
+def test_prompts_of_one_length_are_answered_together_as_each_alone(model):
+    prompts = np.array([[1, 2, 3], [4, 5, 6], [7, 8, 9]])
+    together = generate(model, prompts, 20, temperature=0)
+    assert together.shape == (3, 23)
+    for row, prompt in zip(together, prompts):
+        np.testing.assert_array_equal(row, generate(model, prompt, 20, temperature=0))
+    drawn = generate(model, prompts, 20, key=jax.random.key(1), temperature=1.0)
+    assert len({tuple(r[3:]) for r in drawn}) == 3              # each row draws with its own key

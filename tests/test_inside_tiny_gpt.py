@@ -226,12 +226,14 @@ def test_ablation_claims_pass_and_fail():
     assert failed[1]["margin"] == pytest.approx(0.45 - 0.46)
 
 
-def test_sqrt_d_random_matches_the_variance_argument():
-    rows = E.sqrt_d_random(300, dims=(4, 64))
+def test_sqrt_d_random_is_the_scaling_sweep_at_the_lectures_sizes():
+    from experiments import scaling
+    rows = E.sqrt_d_random(300)
+    assert [r["d_k"] for r in rows] == list(scaling.WIDTHS)
     for r in rows:
-        assert abs(r["std"] / r["sqrt_d"] - 1) < 0.1
+        assert abs(r["std"] / r["sqrt_d"] - 1) < 0.05
         assert r["scaled_saturated"] == 0.0 and r["raw_max"] > r["scaled_max"]
-    assert rows[1]["saturated"] > rows[0]["saturated"]
+    assert rows[-1]["saturated"] > rows[2]["saturated"] > rows[0]["saturated"]
 
 
 def test_corpus_flags_are_refused(tmp_path):

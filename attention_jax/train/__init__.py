@@ -8,8 +8,8 @@ trains on and how it is scored.
 from attention_jax.config import TrainConfig
 from attention_jax.train.checkpoints import Checkpoints, fingerprint
 from attention_jax.train.engine import Engine, cross_entropy, lr_schedule, make_optimizer, token_loss, unstack_seed
-from attention_jax.train.loop import RunResult, fit, read_metrics
+from attention_jax.train.loop import RunResult, fit, mean_std, read_metrics
 from attention_jax.train.tasks import Task, text_task
 
 __all__ = ["TrainConfig", "Engine", "cross_entropy", "lr_schedule", "make_optimizer", "unstack_seed",
-           "Checkpoints", "fingerprint", "RunResult", "fit", "read_metrics", "Task", "text_task", "token_loss"]
+           "Checkpoints", "fingerprint", "RunResult", "fit", "mean_std", "read_metrics", "Task", "text_task", "token_loss"]

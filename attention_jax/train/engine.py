@@ -189,18 +189,13 @@ class Engine:
         """
         check_ids(x, self.model_config.vocab_size), check_ids(y, self.model_config.vocab_size)
         b, n = self.train_config.eval_batch, len(x)
-        # Pad with repeated windows so every call has one shape (one compile); the copies'
-        # losses are dropped below.
-        rows = np.arange(n + (-n % b)) % n
-        xp, yp = x[rows], y[rows]
-        wp = None if weights is None else np.asarray(weights, np.float32)[rows]
+        weights = None if weights is None else np.asarray(weights, np.float32)
         total, count = 0.0, 0.0
-        for i in range(0, len(xp), b):
-            w = None if wp is None else wp[i:i + b]
-            s, c = (np.asarray(a, np.float64) for a in to_host(self._nll(state, self._windows(xp[i:i + b]),
-                                                                          self._windows(yp[i:i + b]),
-                                                                          None if w is None else self._windows(w))))
-            keep = min(b, n - i)
+        for i, rows in enumerate(in_batches(n, b)):
+            w = None if weights is None else self._windows(weights[rows])
+            s, c = (np.asarray(a, np.float64)
+                    for a in to_host(self._nll(state, self._windows(x[rows]), self._windows(y[rows]), w)))
+            keep = min(b, n - i * b)
             total, count = total + s[..., :keep].sum(axis=-1), count + c[..., :keep].sum(axis=-1)
         return np.atleast_1d(total), np.atleast_1d(count)
 
@@ -244,6 +239,13 @@ class Engine:
         sharding = NamedSharding(self.mesh, P())
         return jax.tree.map(lambda a: a if getattr(a, "sharding", None) == sharding else jax.device_put(a, sharding),
                             state)
+
+
+def in_batches(n: int, batch: int) -> list[np.ndarray]:
+    """Row indices covering 0 .. n-1 in batches of exactly `batch`, the last one filled up with rows
+    from the start: every call has one shape (one compile); drop the copies (past n) afterwards."""
+    rows = np.arange(n + (-n % batch)) % n
+    return [rows[i:i + batch] for i in range(0, len(rows), batch)]
 
 
 def unstack_seed(state, i: int):

@@ -75,8 +75,13 @@ class RunResult:
     steps_per_call: int = 1
 
     def mean_std(self, figure: str) -> tuple[float, float]:
-        values = np.asarray(self.final[figure], dtype=np.float64)
-        return float(values.mean()), float(values.std(ddof=1) if len(values) > 1 else 0.0)
+        return mean_std(self.final[figure])
+
+
+def mean_std(values) -> tuple[float, float]:
+    """Mean and sample standard deviation over seeds (0 for a single seed), in float64."""
+    values = np.asarray(values, dtype=np.float64)
+    return float(values.mean()), float(values.std(ddof=1) if len(values) > 1 else 0.0)
 
 
 def fit(engine: Engine, task: Task, *, seeds: Sequence[int] = (0,), workdir: str | pathlib.Path | None = None,

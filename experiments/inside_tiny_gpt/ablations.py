@@ -39,6 +39,7 @@ def run_ablations(models, tok, world, vx, vy) -> list[dict]:
     """
     import numpy as np
     from attention_jax.inspect import ablate
+    from attention_jax.train.loop import mean_std
     cfg = models[0].config
     rows = []
     for key, label, kw in ablation_list(cfg):
@@ -56,7 +57,7 @@ def run_ablations(models, tok, world, vx, vy) -> list[dict]:
                            else teacher_forced_accuracy(model, tok, world))
         lec = LECTURE.get(key, (None, None))
         rows.append(dict(key=key, ablation=label, bpc=float(np.mean(bpc)), bpc_seeds=bpc,
-                         bpc_std=float(np.std(bpc, ddof=1)) if len(bpc) > 1 else 0.0,
+                         bpc_std=mean_std(bpc)[1],
                          acc=float(np.mean(acc)), acc_seeds=acc, lecture_bpc=lec[0], lecture_acc=lec[1]))
     base = rows[0]["bpc"]
     for r in rows:

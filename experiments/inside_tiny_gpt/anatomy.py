@@ -3,28 +3,19 @@ from __future__ import annotations
 
 from attention_jax.config import ModelConfig
 from attention_jax.errors import ConfigError
-from experiments.inside_tiny_gpt.constants import GPT3
+from experiments.configs import GPT3
 from experiments.inside_tiny_gpt.evaluate import cached_run, compiled
 
 
 def param_parts(cfg: ModelConfig) -> list[tuple[str, str, int, bool]]:
-    """(component, formula, count by formula, per block?) in the lecture's order, read off the architecture."""
+    """(component, formula, count by formula, per block?) in the lecture's order (counts: params.components)."""
+    from experiments.params import BLOCK_PARTS, components
     if cfg.mixer != "heads" or not cfg.feed_forward or not cfg.layer_norm or cfg.norm != "pre":
         raise ConfigError("the parameter demo reads a pre-norm GPT (heads, feed-forward, LayerNorm)")
-    V, T, d, f, w = cfg.vocab_size, cfg.position_rows, cfg.d_model, cfg.d_ff, cfg.num_heads * cfg.head_dim
-    b, qb = int(cfg.bias), int(cfg.qkv_bias)
-    ln = d + d * b
-    return [("token_embed", "V·d", V * d, False),
-            ("position_embed", "T·d", T * d if cfg.positions == "learned" else 0, False),
-            ("ln1", "2d", ln, True),
-            ("mixer.qkv", "d·3d + 3d", d * 3 * w + 3 * w * qb, True),
-            ("mixer.out", "d·d + d", w * d + d * b, True),
-            ("ln2", "2d", ln, True),
-            ("ffn.up", "d·4d + 4d", d * f + f * b, True),
-            ("ffn.down", "4d·d + d", f * d + d * b, True),
-            ("ln_f", "2d", ln, False),
-            ("lm_head", "0 (tied)" if cfg.tie_embeddings else "d·V + V",
-             0 if cfg.tie_embeddings else d * V + V * b, False)]
+    texts = {"token_embed": "V·d", "position_embed": "T·d", "ln1": "2d", "mixer.qkv": "d·3d + 3d",
+             "mixer.out": "d·d + d", "ln2": "2d", "ffn.up": "d·4d + 4d", "ffn.down": "4d·d + d", "ln_f": "2d",
+             "lm_head": "0 (tied)" if cfg.tie_embeddings else "d·V + V"}
+    return [(name, texts[name], count, name in BLOCK_PARTS) for name, count in components(cfg).items()]
 
 
 def framework_parts(model) -> dict[str, int]:

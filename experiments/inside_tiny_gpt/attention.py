@@ -4,7 +4,8 @@ from __future__ import annotations
 import math
 
 from attention_jax.errors import ConfigError
-from experiments.inside_tiny_gpt.constants import LECTURE_SQRT_D, SHADES, SQRT_D_DIMS, SQRT_D_KEYS, SQRT_D_SEED
+from experiments.configs import FROZEN
+from experiments.inside_tiny_gpt.constants import LECTURE_SQRT_D, SHADES, SQRT_D_KEYS, SQRT_D_SEED
 from experiments.inside_tiny_gpt.evaluate import cached_run
 
 
@@ -88,25 +89,14 @@ def attention_demo(model, tok, name: str) -> dict:
 
 # --- demo 5: why divide by √d -----------------------------------------------------------------
 
-def sqrt_d_random(rows: int, dims=SQRT_D_DIMS, keys: int = SQRT_D_KEYS, seed: int = SQRT_D_SEED) -> list[dict]:
-    """q, k ~ N(0, 1) per component, `rows` queries against `keys` keys each, for every d_k."""
-    import numpy as np
-    from attention_jax import functional as F
-    rng = np.random.default_rng(seed)
-    out = []
-    for dk in dims:
-        s_parts, chunk = [], max(1, 2_000_000 // (keys * dk))       # bounded memory at d_k = 1024
-        for start in range(0, rows, chunk):
-            n = min(chunk, rows - start)
-            q = rng.standard_normal((n, 1, dk), dtype=np.float32)
-            k = rng.standard_normal((n, keys, dk), dtype=np.float32)
-            s_parts.append((q * k).sum(-1, dtype=np.float64))
-        s = np.concatenate(s_parts)                                 # [rows, keys]
-        raw, scaled = (np.asarray(F.masked_softmax(x)).max(-1) for x in (s, s / math.sqrt(dk)))
-        out.append(dict(d_k=dk, std=float(s.std()), sqrt_d=math.sqrt(dk), raw_max=float(raw.mean()),
-                        scaled_max=float(scaled.mean()), saturated=float((raw > 0.99).mean()),
-                        scaled_saturated=float((scaled > 0.99).mean()), lecture=LECTURE_SQRT_D.get(dk, "-")))
-    return out
+def sqrt_d_random(rows: int, keys: int = SQRT_D_KEYS, seed: int = SQRT_D_SEED) -> list[dict]:
+    """experiments.scaling's sweep at the lecture's sizes: per d_k, the std of random q·k, the mean
+    max weight and the share of frozen rows, with and without ÷√d_k."""
+    from experiments import scaling
+    found, _, _ = scaling.measure(pairs=scaling.PRESETS["cpu"]["pairs"], rows=rows, keys=keys, seed=seed)
+    return [dict(d_k=r["d"], std=r["std"], sqrt_d=r["sqrt_d"], raw_max=r["unscaled_max"], scaled_max=r["scaled_max"],
+                 saturated=r["unscaled_frozen"], scaled_saturated=r["scaled_frozen"],
+                 lecture=LECTURE_SQRT_D.get(r["d"], "-")) for r in found]
 
 
 def entropy_rows(weights, mask):
@@ -131,7 +121,7 @@ def sqrt_d_trained(model, ids) -> list[dict]:
         rows = []
         for scale in (1.0, math.sqrt(dh)):                                         # as trained / without ÷√d
             w = np.asarray(F.masked_softmax(s * scale, causal), np.float64)
-            rows.append((entropy_rows(w, causal), float(w.max(-1).mean()), float((w.max(-1) > 0.99).mean())))
+            rows.append((entropy_rows(w, causal), float(w.max(-1).mean()), float((w.max(-1) > FROZEN).mean())))
         out.append(dict(layer=i, std_scaled=float(seen.std()), std_unscaled=float((seen * math.sqrt(dh)).std()),
                         entropy=rows[0][0], entropy_unscaled=rows[1][0], uniform_entropy=uniform,
                         max_weight=rows[0][1], max_weight_unscaled=rows[1][1], saturated_unscaled=rows[1][2]))

@@ -26,6 +26,7 @@ def flags(p) -> None:
 
 def run(ctx) -> Result:
     import numpy as np
+    from attention_jax.train.loop import mean_std
     from attention_jax import functional as F
     from attention_jax.data import eval_windows
     from attention_jax.data import tiny_world as tw
@@ -181,7 +182,7 @@ def run(ctx) -> Result:
     abl = run_ablations(models, tok, world, vx, vy)
     for r in abl:
         r["bpc_text"] = pm(r["bpc"], r.get("bpc_std", 0.0))
-        r["acc_text"] = pm(r["acc"], float(np.std(r["acc_seeds"], ddof=1)) if len(r["acc_seeds"]) > 1 else 0.0)
+        r["acc_text"] = pm(r["acc"], mean_std(r["acc_seeds"])[1])
     tables["6. Ablations: validation bits per character and fact-completion accuracy"] = report.format_table(
         [("key", "ablation", ""), ("ablation", "what", ""), ("bpc_text", "val bits/char", ""),
          ("change", "change", "+.3f"), ("acc_text", "fact accuracy", ""), ("lecture_bpc", "lecture bits/char", ".3f"),

@@ -20,11 +20,10 @@ PRESETS = {
                          train_eval_windows=16, eval_batch=128),
 }
 SQRT_D_ROWS = {"smoke": 200, "cpu": 2000, "paper": 2000}   # random query rows per d_k (the lecture: 2000)
-SQRT_D_DIMS, SQRT_D_KEYS, SQRT_D_SEED = (4, 16, 64, 256, 1024), 96, 4
+SQRT_D_KEYS, SQRT_D_SEED = 96, 4                           # keys per random row, the sweep's seed
 RAW_FORWARD_RTOL = 1e-6                                     # raw forward vs module, relative to max |logit|
 SHADES = " .:-=+*#%@"                                       # the lecture's ten levels, 0.1 apart
 REVIEW = "\nreview: the soup was tasty and the host was kind."
-GPT3 = dict(n_layers=96, d_model=12288, vocab_size=50257, context=2048, reported=175e9)
 
 # The lecture's figures (its demo 5 table and notes), beside ours: (bits/char, fact accuracy).
 LECTURE = {"intact": (0.409, 0.93), "uniform": (5.459, 0.0), "positions": (5.022, 0.0),

@@ -68,18 +68,20 @@ class Compiled(NamedTuple):
     forward_heads: Callable       # (model, x, keep [L, H]) -> logits with the heads where keep = 0 off
 
 
-def _rows(a, rows: int = EVAL_ROWS):
-    """`a` padded with copies of its first row to a multiple of `rows` (the copies are dropped later)."""
-    import numpy as np
-    a = np.asarray(a)
-    extra = -len(a) % rows
-    return np.concatenate([a, np.repeat(a[:1], extra, axis=0)]) if extra else a
-
-
 def _pad_right(a, width: int, value=0):
     import numpy as np
     a = np.asarray(a)
     return np.pad(a, [(0, 0), (0, width - a.shape[1])], constant_values=value)
+
+
+def _batched(forward, model, x):
+    """forward(model, x) over the rows of x [N, T] in batches of EVAL_ROWS (one shape), as numpy [N, ...]."""
+    import jax.numpy as jnp
+    import numpy as np
+    from attention_jax.train.engine import in_batches
+    x = np.asarray(x)
+    return np.concatenate([np.asarray(forward(model, jnp.asarray(x[rows]))) for rows in in_batches(len(x), EVAL_ROWS)]
+                          )[:len(x)]
 
 
 def model_bits(model, x, y, forward: Callable | None = None) -> float:
@@ -90,43 +92,37 @@ def model_bits(model, x, y, forward: Callable | None = None) -> float:
     import jax
     import jax.numpy as jnp
     import numpy as np
+    from attention_jax.train.engine import in_batches
     forward = forward or compiled().forward
-    n, xs, ys, total = len(x), _rows(x), _rows(y), 0.0
-    for i in range(0, len(xs), EVAL_ROWS):
-        lp = jax.nn.log_softmax(forward(model, jnp.asarray(xs[i:i + EVAL_ROWS])).astype(jnp.float32), axis=-1)
-        nll = -np.asarray(jnp.take_along_axis(lp, jnp.asarray(ys[i:i + EVAL_ROWS])[..., None], -1)[..., 0],
-                          np.float64)
-        total += nll[: max(0, min(EVAL_ROWS, n - i))].sum()
-    return total / np.asarray(y).size / math.log(2)
+    x, y, total = np.asarray(x), np.asarray(y), 0.0
+    for i, rows in enumerate(in_batches(len(x), EVAL_ROWS)):
+        lp = jax.nn.log_softmax(forward(model, jnp.asarray(x[rows])).astype(jnp.float32), axis=-1)
+        nll = -np.asarray(jnp.take_along_axis(lp, jnp.asarray(y[rows])[..., None], -1)[..., 0], np.float64)
+        total += nll[: min(EVAL_ROWS, len(x) - i * EVAL_ROWS)].sum()
+    return total / y.size / math.log(2)
 
 
 def teacher_forced_accuracy(model, tok, world, forward: Callable | None = None) -> float:
     """Fact accuracy from one pass over prompt + answer (tiny_world.fact_batch): under a causal mask
     the same as greedy completion, since a right prefix is what greedy decoding would have fed."""
-    import jax.numpy as jnp
-    import numpy as np
     from attention_jax.data import tiny_world as tw
     x, y, w = tw.fact_batch(tok, world)
     T = model.config.context
-    xs, n = _rows(_pad_right(x, T)), len(x)
-    forward = forward or compiled().forward
-    logits = np.concatenate([np.asarray(forward(model, jnp.asarray(xs[i:i + EVAL_ROWS])))
-                             for i in range(0, len(xs), EVAL_ROWS)])[:n]
+    logits = _batched(forward or compiled().forward, model, _pad_right(x, T))
     return tw.fact_accuracy_from_logits(logits, _pad_right(y, T), _pad_right(w, T, 0.0))
 
 
 def greedy_completions(model, tok, world, *, bidirectional: bool = False, max_new: int = 10) -> dict:
     """{fact prompt: the max_new ids greedy decoding appends}, for every person's "\\n{name} lives in".
 
-    Each step runs a batch of prompts padded on the right to the context (one shape, one
-    compile): under the causal mask the padding is invisible; with `bidirectional` every
-    position sees exactly the text so far (prompt + generated), as the bidirectional model
-    would on the unpadded text.
+    `attention_jax.generate` decodes the causal model, the prompts of one length at once. It
+    refuses a model that sees the future; `bidirectional` decodes that one here, each step's
+    window padded on the right and every position seeing exactly the text so far.
     """
     import jax.numpy as jnp
     import numpy as np
     from attention_jax.data import tiny_world as tw
-    run = compiled()
+    from attention_jax.generate import generate
     T = model.config.context
     prompts = sorted({tw.fact_prompt(p)[0] for p in world.people})
     made: dict[str, np.ndarray] = {}
@@ -135,15 +131,15 @@ def greedy_completions(model, tok, world, *, bidirectional: bool = False, max_ne
         if length + max_new > T:
             raise ConfigError(f"a fact prompt of {length} characters leaves no room for {max_new} more in "
                               f"the {T}-character context")
-        for start in range(0, len(group), EVAL_ROWS):
-            part = group[start:start + EVAL_ROWS]
-            buf = _rows(_pad_right(np.stack([tok.encode(p) for p in part]), T))
+        ids = np.stack([tok.encode(p) for p in group])
+        if not bidirectional:
+            out = generate(model, ids, max_new, temperature=0)
+        else:
+            out, run = _pad_right(ids, T), compiled()
             for n in range(length, length + max_new):
-                x = jnp.asarray(buf)
-                logits = run.forward_prefix(model, x, jnp.int32(n)) if bidirectional else run.forward(model, x)
-                buf[:, n] = np.asarray(logits[:, n - 1].argmax(-1), np.int32)
-            for i, p in enumerate(part):
-                made[p] = buf[i, length:length + max_new].copy()
+                logits = _batched(lambda m, x: run.forward_prefix(m, x, jnp.int32(n)), model, out)
+                out[:, n] = logits[:, n - 1].argmax(-1)
+        made.update({p: out[i, length:length + max_new].copy() for i, p in enumerate(group)})
     return made
 
 

@@ -37,14 +37,14 @@ def init_grad_norms(model_config, batches: list[dict], seeds):
 def init_record(norm: str, grad_norms) -> dict:
     """The figures of one norm's init measurement ([seeds, batches, blocks] from `init_grad_norms`):
     means over seeds, and `k_seeds` lists per seed."""
+    from attention_jax.train.loop import mean_std
     per_seed = grad_norms.mean(axis=1)             # [S, L]: averaged over the probe batches
     first, last = per_seed[:, 0], per_seed[:, -1]
     ratio = last / first
     rec = {"name": norm, "per_block": per_seed.mean(axis=0).tolist(), "per_block_seeds": per_seed.tolist(),
            "per_batch": grad_norms.tolist()}
     for k, v in (("first", first), ("last", last), ("ratio", ratio)):
-        rec[k], rec[f"{k}_seeds"] = float(v.mean()), v.tolist()
-        rec[f"{k}_std"] = float(v.std(ddof=1)) if len(v) > 1 else 0.0
+        (rec[k], rec[f"{k}_std"]), rec[f"{k}_seeds"] = mean_std(v), v.tolist()
     return rec
 
 

@@ -4,11 +4,10 @@ from __future__ import annotations
 import dataclasses
 
 from attention_jax.config import TrainConfig
-from experiments.configs import LADDER_BUDGETS, ONE_BLOCK
+from experiments.configs import FROZEN, LADDER_BUDGETS, ONE_BLOCK  # noqa: F401  (FROZEN: the table's threshold)
 
 
 PROBE_WINDOWS = 16      # held-out windows the score statistics are measured on
-FROZEN = 0.99           # a row is "frozen" when it puts more than this on one token
 SMALL_GAIN = 2.0        # |gain| below this many perplexity points is "worth nothing" (d_head 32)
 BIG_GAIN = 5.0          # the least gain the chapter's 18 / 17 points must at least show (d_head 256, 1024)
 COLLAPSED = 0.9         # share of frozen rows that counts as collapse (book 99.9%)

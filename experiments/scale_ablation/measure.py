@@ -87,6 +87,7 @@ def describe_budget(tc: TrainConfig) -> str:
 def combine(row: WidthRow, runs: dict, book: bool) -> dict:
     """One table row from the two trainings: val perplexity both ways, the gain, the statistics, per seed."""
     import numpy as np
+    from attention_jax.train.loop import mean_std
     from experiments.harness import rows
     on, off = runs[True], runs[False]
     s, u = np.asarray(on["val_ppl_seeds"]), np.asarray(off["val_ppl_seeds"])
@@ -95,8 +96,7 @@ def combine(row: WidthRow, runs: dict, book: bool) -> dict:
          "val_scaled": float(s.mean()), "val_scaled_seeds": s.tolist(),
          "val_unscaled": float(u.mean()), "val_unscaled_seeds": u.tolist(),
          "val_scaled_sd": on["val_ppl_std"], "val_unscaled_sd": off["val_ppl_std"],
-         "gain": float(gain.mean()), "gain_seeds": gain.tolist(),
-         "gain_std": float(gain.std(ddof=1)) if len(gain) > 1 else 0.0,
+         "gain": mean_std(gain)[0], "gain_seeds": gain.tolist(), "gain_std": mean_std(gain)[1],
          "scaled": rows.fmt(on["val_ppl"], on["val_ppl_std"]), "unscaled": rows.fmt(off["val_ppl"], off["val_ppl_std"]),
          "book_gain": row.book_gain if book else None, "book_gain_text": row.book_gain_text if book else None}
     r["gain_text"] = f"{r['gain']:+.2f}" + (f" ± {r['gain_std']:.2f}" if r["gain_std"] else "")

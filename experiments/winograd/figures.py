@@ -9,15 +9,16 @@ from experiments.winograd.constants import BOOK, BOOK_PAIR, CHANCE
 
 def pct(record: dict, figure: str) -> str:
     from experiments.harness.rows import fmt
-    values = 100 * np.asarray(record[f"{figure}_seeds"], np.float64)
-    return fmt(values.mean(), values.std(ddof=1) if len(values) > 1 else 0.0, ".1f")
+    from attention_jax.train.loop import mean_std
+    return fmt(*mean_std(100 * np.asarray(record[f"{figure}_seeds"], np.float64)), ".1f")
 
 
 def accuracy_figure(records: list[dict], book: bool, title: str):
     fig, ax = report.figure(size=(9, 4.5))
     xs = np.arange(len(records))
     acc = [100 * r["accuracy"] for r in records]
-    err = [100 * np.std(r["accuracy_seeds"], ddof=1) if len(r["accuracy_seeds"]) > 1 else 0 for r in records]
+    from attention_jax.train.loop import mean_std
+    err = [100 * mean_std(r["accuracy_seeds"])[1] for r in records]
     ax.bar(xs - 0.2, acc, 0.4, yerr=err, label="held-out accuracy (ours)")
     ax.bar(xs + 0.2, [100 * r["other_noun"] for r in records], 0.4, label="names the other noun (ours)")
     if book:
