@@ -1,24 +1,14 @@
 """The dense layer with a hand-written backward: the training step's hottest spot on a CPU.
 
-Same numbers as x·W (+ b) left to autodiff (up to the order of float32 sums; tests compare
-them), cheaper operations. Measured on the ladder's one-block model, batch 64 × 128, on a
-2-core CPU (`python -m experiments.throughput`, same-run medians): 209 -> 149 ms a step.
+The same numbers as x·W (+ b) left to autodiff, up to the order of float32 sums (tests
+compare them), from cheaper operations. Left to autodiff, the weight gradient xᵀ·dy makes
+XLA copy the *larger* operand transposed first (the output layer's logit gradient) and run a
+slower kernel. Here dx = dy·Wᵀ reads W transposed in place, and dW keeps the smaller operand
+on the transposed side (an optimization barrier stops XLA from folding the transpose back).
+In bfloat16/float16 every product accumulates in float32 and is rounded once. Like every
+`jax.custom_vjp` it supports reverse mode and vmap, not forward mode (jvp, jacfwd).
+docs/performance.md has what it saves, measured by `python -m experiments.throughput`.
 This module imports nothing from the package, so the functional core can build on it.
-
-`dense`: x·W (+ b) with a hand-written backward. Every projection is a dense layer over
-B·T tokens (8192 at that size), and their matmuls (forward, dx, dW) are most of a step.
-Left to autodiff, the weight gradient `xᵀ·dy` contracts the token axis of two
-[tokens, features] arrays, and XLA copies the *larger* one transposed first (the 33 MB
-logit gradient, for the output layer) and runs a slower kernel. Here:
-* dx = dy·Wᵀ reads W transposed, which the fast (YNNPACK) kernel takes as it is;
-* dW keeps the smaller operand on the transposed side: xᵀ·dy when x is the narrower,
-  else (dyᵀ·x)ᵀ, the small [out, in] result transposed afterwards. The optimization
-  barrier stops XLA from folding that transpose back into the dot, which would put the
-  wide operand on the transposed side again (that dW ran ~2x slower).
-* in bfloat16/float16 every product accumulates in float32 and is rounded once, and on a
-  CPU the backward copies its transposed operands first (`_low_precision_cpu_grads`).
-Like every `jax.custom_vjp`, it supports reverse mode (grad, vjp, jacrev, any order) and
-vmap, not forward mode (jvp, jacfwd).
 """
 from __future__ import annotations
 
@@ -27,11 +17,8 @@ import jax.numpy as jnp
 
 
 def _dot(a, b):
-    """a·b over a's last axis; a low-precision product (bfloat16, float16) accumulates and
-    returns float32, as GPUs and TPUs do. On a CPU that is also the only way to XLA's
-    bfloat16 kernel (AMX, AVX512-BF16): with a bfloat16 result XLA multiplies in float32 and
-    rounds. The throughput benchmark's bfloat16 peak, measured through `dense`, was 4.5x its
-    float32 one on a CPU with AMX (README, "bfloat16 on a CPU with matrix units")."""
+    """a·b over a's last axis; a bfloat16/float16 product accumulates and returns float32, as GPUs
+    and TPUs do (on a CPU, also the only way to XLA's bfloat16 kernel: AMX, AVX512-BF16)."""
     if not _low_precision(a.dtype):
         return jnp.dot(a, b)
     return jnp.dot(a, b, preferred_element_type=jnp.float32)
@@ -85,12 +72,10 @@ def _copied_transpose(a):
 
 
 def _low_precision_cpu_grads(x, kernel, dy):
-    """dx and dW with every transposed operand copied first: XLA's low-precision CPU kernel
-    reads a transposed operand slowly (the output layer's dx, both devices: 22.7 -> 6.2 ms a
-    step, `python -m experiments.throughput.profile --attention reference --dtype bfloat16`).
-    dW contracts every leading axis of x and dy ([B, T] for a model) rather than one
-    flattened token axis: XLA then copies x transposed itself, and the batch axis a mesh
-    shards stays an axis of its own (flattened, it would be gathered from every device first)."""
+    """dx and dW with every transposed operand copied first (XLA's low-precision CPU kernel reads a
+    transposed operand slowly). dW contracts every leading axis of x and dy rather than one
+    flattened token axis, so a batch axis a mesh shards stays its own (flattened, it would be
+    gathered from every device first)."""
     dx = _dot(dy, _copied_transpose(kernel))
     if x.ndim == 2:   # one leading axis: nothing to keep apart
         return dx, _dot(_copied_transpose(x), dy)

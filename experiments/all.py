@@ -72,7 +72,7 @@ def gather(out: pathlib.Path, names: list[str], failures: dict[str, str]) -> str
     total = sum(len(r["claims"]) for r in results.values())
     md += [f"## Claims: {passed} of {total} pass", ""]
     for name, r in results.items():
-        md += [f"- **{name}**"] + [f"  - **{'PASS' if c['passed'] else 'FAIL'}** {report._claim_line(c)}"
+        md += [f"- **{name}**"] + [f"  - **{'PASS' if c['passed'] else 'FAIL'}** {report.claim_text(c)}"
                                    for c in r["claims"]]
     for name, reason in failures.items():
         md += [f"- **{name}** did not finish: {reason}"]

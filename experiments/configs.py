@@ -86,7 +86,7 @@ LADDER_BUDGETS = {
     # 3/8 of the paper's tokens at 3x its learning rate, ~20 min on 2 cores. At lr 1e-3 a CPU
     # budget leaves three orderings unshown; at 3e-3 two blocks fall behind one only after
     # ~1750 steps, while the FFN row without LayerNorm is past its best from ~1000 steps on,
-    # so a longer run loses the "+ FFN improves" ordering (README, "Choosing the cpu budget").
+    # so a longer run loses the "+ FFN improves" ordering (docs/results/ladder.md).
     "cpu": TrainConfig(steps=2250, batch_size=32, lr=3e-3, warmup_steps=100, checkpoint_every=250,
                        eval_every=250, train_eval_windows=120),
     "smoke": TrainConfig(steps=12, batch_size=8, lr=1e-3, checkpoint_every=6, log_every=6,

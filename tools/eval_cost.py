@@ -5,8 +5,8 @@
 Times the benchmark's training step at the cpu ladder's batch of 32 (`experiments.throughput.
 worker.jax_contestant`; after 3 warm-up steps, mean of 10) and one `Engine.perplexity` over a
 46,000-token held-out split (the size of tiny-shakespeare's; random ids), then says what the
-cpu ladder's 9 evaluations a row would cost as a share of its training. README ("More than
-one process") quotes it: the evaluation windows are split over the devices like a batch.
+cpu ladder's 9 evaluations a row would cost as a share of its training. docs/performance.md
+("Evaluation over several devices") quotes it: the evaluation windows are split over the devices like a batch.
 """
 from experiments.harness.platform import apply_mallopt
 

@@ -7,7 +7,7 @@ evaluation and a checkpoint every 500 steps) with the engine's compiled step rep
 one that does no work, so what is left is Python's share: sampling the batches, checking
 and placing them, launching the program, fetching and logging the metrics, the progress
 bar and the checkpoints. On a GPU/TPU a step of the ladder's small models takes less
-device time than this, so it sets the pace; README ("Train: the engine and its metrics")
+device time than this, so it sets the pace; docs/performance.md ("What the host spends a step")
 quotes it for one step per call (a CPU's default) and for several (a GPU/TPU's).
 Medians of `--repeats` runs after one run that compiles.
 """

@@ -1,35 +1,17 @@
 """Corpus, tokens and batches: everything between the text file and a model's input.
 
-Pipeline, as the experiments use it:
-
-    path = resolve_corpus(args.data)            # verified tinyshakespeare.txt
-    tokens = load_tokens(path, vocab_size=1024)  # int32 ids, trained/encoded once, cached
+    path = resolve_corpus()                      # tinyshakespeare.txt, sha256-checked
+    tokens = load_tokens(path, vocab_size=1024)  # int32 ids, trained and encoded once, cached
     train, val = train_val_split(tokens)         # first 90% / last 10%
     x, y = get_batch(train, seed=0, step=k, batch_size=64, context=128)
-    xv, yv = eval_windows(val, 128)              # whole held-out split, non-overlapping
+    xv, yv = eval_windows(val, 128)              # the whole held-out split, non-overlapping
 
-Where the corpus comes from, first match wins (each copy is checked against
-CORPUS_SHA256; a mismatch is an error, never a warning):
-
-    1. the `path` argument (the experiments' `--data PATH`): a file, or a folder
-       holding tinyshakespeare.txt;
-    2. $ATTENTION_JAX_DATA, a folder holding tinyshakespeare.txt;
-    3. cache_dir()/tinyshakespeare.txt;
-    4. a download of CORPUS_URL into that cache path (skipped with download=False).
-
-Cache layout (cache_dir() is $ATTENTION_JAX_CACHE, else $XDG_CACHE_HOME/attention_jax,
-else ~/.cache/attention_jax):
-
-    tinyshakespeare.txt
-    bpe-<first 16 hex of the corpus sha256>-v<vocab>/tokenizer.json
-    bpe-<first 16 hex of the corpus sha256>-v<vocab>/tokens.npy
-    jax-compilation/   (the experiments' compiled programs: experiments.harness.compile_cache)
-
-Deleting the cache folder is always safe: everything in it is rebuilt on demand.
-
-The submodules are split by what they touch: `corpus` the file system and network,
-`tokenizer` the BPE and its on-disk cache, `batches` only arrays (pure, no I/O).
-Re-exporting here gives callers one stable import path regardless of that split.
+The corpus comes from the path given, else $ATTENTION_JAX_DATA (a folder), else the user
+cache (`cache_dir()`: $ATTENTION_JAX_CACHE, else $XDG_CACHE_HOME/attention_jax, else
+~/.cache/attention_jax), else a download; every copy is checked against CORPUS_SHA256. The
+cache also keeps each corpus's BPE and ids (`bpe-<corpus hash>-v<vocab>/`); deleting it is
+always safe. `corpus` touches the file system and network, `tokenizer` the BPE and its
+cache, `batches` only arrays.
 """
 
 from attention_jax.data.batches import eval_windows, get_batch, train_val_split

@@ -12,8 +12,7 @@ alike; the Winograd toy scores one token). What to sample lives with the task
 (`attention_jax.data`); the engine only places batches on devices.
 
 The step's metrics (loss, learning rate, global gradient norm, gradient norm per block)
-stay on; they cost a few reductions over the gradients (measured by
-`python -m experiments.throughput`).
+stay on: a few reductions over the gradients.
 """
 from __future__ import annotations
 
@@ -89,17 +88,14 @@ class Engine:
             raise ConfigError(f"batch_size={train_config.batch_size} does not split over {len(devices)} "
                               "devices; use a multiple of the device count")
         replicated = None if self.mesh is None else NamedSharding(self.mesh, P())
-        # On one device the initialisation runs op by op rather than as one compiled program:
-        # XLA takes about as long to compile a model's init (a threefry per parameter) as its
-        # training step, while op by op each random draw compiles once per shape, for every
-        # later row and seed too. The parameters are the same bits either way (tests). Over
-        # a mesh it is compiled, so that every process gets the state laid out alike.
+        # On one device the initialisation runs op by op: compiling it costs about what the step
+        # does, while each random draw compiles once per shape for every later row too (the same
+        # bits: a test). Over a mesh it is compiled, so every process lays the state out alike.
         init = over_seeds(self._init_one)
         self._init = init if self.mesh is None else jax.jit(init, out_shardings=replicated)
         self._step = jax.jit(over_seeds(self._step_one), donate_argnums=0)
-        # K steps in one call, a scan over the batch's leading step axis: a GPU/TPU runs one
-        # step of the ladder's small models in less time than Python takes to launch it, so
-        # `fit` can hand the device several steps at once (`steps_per_call`).
+        # K steps in one call, a scan over the batches' leading step axis: on a GPU/TPU a small
+        # model's step takes less time than Python needs to launch it (`fit`'s steps_per_call).
         self._steps = jax.jit(lambda state, batches: jax.lax.scan(over_seeds(self._step_one), state, batches),
                               donate_argnums=0)
         # Evaluation windows are split over the devices like a batch (each device scores its

@@ -1,24 +1,17 @@
 """The training loop around the engine: progress, metrics, checkpoints, resume, evaluation.
 
 `fit` trains one configuration on a `Task` for one or N seeds. With a `workdir` it appends
-every step's metrics (loss, learning rate, gradient norms) and every evaluation to
-`metrics.jsonl`, saves an orbax checkpoint every `checkpoint_every` steps, at the end and
-on Ctrl-C, and resumes from the latest intact one: batches depend only on (seed, step)
-and the optimizer state, step count and RNG state are all inside the checkpointed
-pytree, so a resumed run ends with the same parameters as an uninterrupted one, bit for
-bit on CPU. The evaluations and step metrics before a resume are read back from the
-metrics file, so the curves survive it too.
+every step's metrics and every evaluation to `metrics.jsonl`, saves an orbax checkpoint
+every `checkpoint_every` steps, at the end and on Ctrl-C, and resumes from the latest intact
+one: batches depend only on (seed, step) and the whole state is checkpointed, so a resumed
+run ends bit for bit where an uninterrupted one would. The curves survive a resume too (read
+back from the metrics file).
 
-A loss that stops being finite ends the run with one line (`TrainingDiverged`) before
-that state is saved: the last good checkpoint stays, and nothing is reported as finished.
-A preemption notice (JAX's distributed runtime, when processes are joined) saves the
-step all processes agree on and stops the run with `Preempted` (a KeyboardInterrupt).
-
-On a GPU/TPU the loop hands the device several steps per call (`steps_per_call`, a scan
-over their batches): the ladder's small models take less device time per step than
-Python takes to sample, place and launch one. Evaluations and checkpoints still fall on
-their exact steps (the number divides their intervals), and every step's metrics are
-logged. On a CPU, where a step costs milliseconds of compute, it is one step per call.
+A loss that stops being finite ends the run with one line (`TrainingDiverged`) before that
+state is saved. A preemption notice (JAX's distributed runtime) saves the step all processes
+agree on and stops with `Preempted`. On a GPU/TPU the loop hands the device several steps
+per call (`steps_per_call`, a divisor of the evaluation and checkpoint intervals, so those
+still fall on their steps); on a CPU, one.
 """
 from __future__ import annotations
 

@@ -77,7 +77,7 @@ def add_training_args(p: argparse.ArgumentParser, rows: Sequence[str]) -> argpar
     p.add_argument("--corpus", default=None, metavar="PATH",
                    help="train on your own UTF-8 text file instead (its own BPE; no book figures)")
     p.add_argument("--fresh", action="store_true", help="ignore finished rows and checkpoints; retrain")
-    multi = p.add_argument_group("more than one process (one per host or GPU; see README)")
+    multi = p.add_argument_group("more than one process (one per host or GPU; see docs/distributed.md)")
     multi.add_argument("--coordinator", default=None, metavar="HOST:PORT",
                        help="process 0's address (or $JAX_COORDINATOR_ADDRESS)")
     multi.add_argument("--num-processes", type=positive_int, default=None, help="(or $JAX_NUM_PROCESSES)")

@@ -1,22 +1,18 @@
 """Compiled programs kept between runs: JAX's persistent compilation cache, for every experiment.
 
-`enable()` (called by every experiment's run before it compiles anything) points JAX's
-cache at <cache folder>/jax-compilation, so a later run (other rows, an analysis redone,
-the notebook after a runtime restart) loads the programs XLA compiled instead of compiling
-them again. The settings also go into the environment, so the processes a run starts share
-the cache. ATTENTION_JAX_COMPILE_CACHE=0 turns it off; a JAX_COMPILATION_CACHE_DIR of the
-user's own is used as it is and left alone. Only the command line and the notebook turn it
-on: importing the library changes nothing in JAX. `python -m experiments.all --preset smoke`
-run a second time (rows trained already), 2 cores: 79.3 s with the cache off, 53.9 s from it.
-JAX's size cap (`jax_compilation_cache_max_size`) is not set: its eviction fails on every
-write once the folder holds an entry written without the cap (no `-atime` file), and the
-folder is small (8 MB after every smoke table) and always safe to delete.
+`enable()` (called by every experiment before it compiles anything) points JAX's cache at
+<cache folder>/jax-compilation, so a later run loads the programs XLA compiled instead of
+compiling them again; the settings also go into the environment, so the processes a run
+starts share the cache. ATTENTION_JAX_COMPILE_CACHE=0 turns it off; a JAX_COMPILATION_CACHE_DIR
+of the user's own is used as it is. Only the command line and the notebook turn it on:
+importing the library changes nothing in JAX. JAX's size cap is not set (its eviction fails
+once the folder holds an entry written without the cap); the folder is small and always
+safe to delete. docs/performance.md has what the cache saves.
 
-A damaged entry (a run killed while JAX wrote it, a full disk) would otherwise stay
-damaged: JAX warns that it cannot read it, compiles the program again, and does not
-replace a file that exists, so every later run warns and compiles too. In our folder, that
-warning removes the program's entries that no longer decompress, says so in one line, and
-this run's fresh compile is kept in their place; any other reading error is JAX's warning.
+A damaged entry (a run killed while JAX wrote it) would otherwise stay damaged: JAX warns
+that it cannot read it, compiles again, and does not replace a file that exists. In our
+folder that warning removes the program's entries that no longer decompress, says so in
+one line, and this run's fresh compile is kept in their place.
 """
 from __future__ import annotations
 
@@ -27,13 +23,9 @@ import sys
 import warnings
 
 ENV = "ATTENTION_JAX_COMPILE_CACHE"   # "0" turns the cache off
-# JAX keeps only programs that took at least a second to compile (its default), which on a
-# CPU is none of ours: the cache would do nothing. A tenth of a second keeps the training
-# steps and the analyses' forward passes and leaves out the single ops run eagerly (12
-# programs, 460 KB, for the run below; keeping every program, 99 files, was no faster).
-# `python -m experiments.inside_tiny_gpt --preset smoke` run again (its row trained already,
-# the analysis redone), 2 cores, medians of 3 alternating runs: 13.2 s wall with
-# ATTENTION_JAX_COMPILE_CACHE=0, 9.2 s from the cache.
+# JAX keeps only programs that took at least a second to compile (its default): on a CPU,
+# none of ours. A tenth of a second keeps the training steps and the analyses' forward passes
+# and leaves out the single ops run eagerly (keeping every program was no faster).
 MIN_COMPILE_SECONDS = 0.1
 # What JAX warns (jax/_src/compiler.py) when an entry cannot be read: a program's name or its key.
 UNREADABLE = re.compile(r"Error reading persistent compilation cache entry for '([^'/]+)'")

@@ -1,30 +1,17 @@
 """What this machine is: the accelerator JAX found, and a malloc tuned for XLA on a CPU.
 
 `accelerator()` picks the default preset (paper on a GPU/TPU, cpu otherwise).
-
 `check_backend()` is a loud warning (or None) when a GPU/TPU plugin is installed but JAX runs
-on the CPU: Colab ships jax 0.7 with its CUDA plugin, and a pip install that upgrades jax to
-this project's >= 0.10 without the plugin leaves a plugin that jaxlib refuses, after which
-JAX falls back to the CPU without an error. `backend_summary()` is what JAX runs on, with
-the versions, for experiments to print and record in results.json.
+on the CPU (a jax upgraded without its plugin: jaxlib refuses the plugin and falls back
+without an error). `backend_summary()` is what JAX runs on, with the versions, for
+experiments to print and record in results.json.
 
-`apply_mallopt()` keeps freed memory in the process, so XLA's per-step scratch area is not
-paged in anew.
-glibc hands every allocation above 32 MB to mmap and gives it back on free, so XLA's
-~120-250 MB CPU scratch area costs ~60k page faults (~100 ms of kernel time) on every
-training step of the ladder's one-block model. No mmap and no trimming keep freed memory
-for the next step (measured by `python -m experiments.throughput`). Only glibc's malloc is tuned;
-elsewhere this does nothing.
-
-How many glibc arenas (`malloc_arenas`): one, except for an experiment that declares
-`big_programs` (the twelve-block norms table). glibc's default (8 per core) leaves XLA's
-worker threads arenas that give memory back. A second arena is slow: its 64 MB heaps cannot
-hold XLA's ~240 MB scratch area, so in about half of all processes (9 of 20 measured) the
-one-block step ran ~1.5x slower, re-faulting ~70k pages a step; one arena was never slow
-(0 of 23). But one arena fragments on bigger programs: the twelve-block step of
-`experiments.norms` on three seeds peaked at 12.4 GB with one arena, 3.9 GB with two (3.7 GB
-untuned), so that table keeps two. `ATTENTION_JAX_ARENAS=N` overrides both. README,
-"Memory", has the figures and the commands that measured them.
+`apply_mallopt()` keeps freed memory in the process: glibc gives allocations above 32 MB back
+on free, so XLA's CPU scratch area would be paged in anew every training step. One glibc
+arena, except for an experiment that declares `big_programs` (two): a second arena's heaps
+cannot hold that scratch area, while one arena fragments on the twelve-block programs.
+`ATTENTION_JAX_ARENAS=N` overrides both; docs/performance.md ("Memory: glibc's arenas") has
+the figures and the commands that measured them. Only glibc's malloc is tuned.
 """
 from __future__ import annotations
 
@@ -86,7 +73,7 @@ def backend_errors():
         asked = os.environ.get("JAX_PLATFORMS", "")
         raise ConfigError(f"JAX cannot start the backend{f' JAX_PLATFORMS={asked!r} asks for' if asked else ''}: "
                           f"{text.split(' (set JAX_PLATFORMS')[0].rstrip('.')}; unset JAX_PLATFORMS to run on what this "
-                          "machine has, or install that backend's plugin with the project (README, Install)") from None
+                          "machine has, or install that backend's plugin with the project (docs/install.md)") from None
 
 
 def accelerator() -> str | None:
@@ -204,10 +191,8 @@ def check_backend(backend: str | None = None) -> str | None:
 def host_cpu(cpuinfo: str | None = None) -> dict:
     """The host's processor: model, cores, and its bfloat16 matrix units (AMX, AVX512-BF16).
 
-    Benchmarks vary by machine, and bfloat16's speed on a CPU turns on those units: on an AMX
-    Xeon the throughput benchmark's bfloat16 matmul peak was 4.5x its float32 one (README,
-    "bfloat16 on a CPU with matrix units"). Linux's /proc/cpuinfo; elsewhere the model is
-    Python's `platform.processor()` and the units are unknown (None).
+    bfloat16's speed on a CPU turns on those units (docs/performance.md). Linux's /proc/cpuinfo;
+    elsewhere the model is Python's `platform.processor()` and the units are unknown (None).
     """
     import platform as std_platform
     if cpuinfo is None:

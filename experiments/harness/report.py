@@ -93,7 +93,7 @@ def claims_across_seeds(check, records: dict[str, dict], n_seeds: int) -> list[d
     return claims
 
 
-def _claim_line(c: dict) -> str:
+def claim_text(c: dict) -> str:
     text = f"{c['claim']} ({c['measured']}"
     seeds = c.get("seeds")
     if seeds:
@@ -104,7 +104,7 @@ def _claim_line(c: dict) -> str:
 
 
 def format_claims(claims: Sequence[dict]) -> str:
-    lines = [f"  [{'PASS' if c['passed'] else 'FAIL'}] {_claim_line(c)}" for c in claims]
+    lines = [f"  [{'PASS' if c['passed'] else 'FAIL'}] {claim_text(c)}" for c in claims]
     return "claims:\n" + "\n".join(lines) if lines else "claims: none"
 
 
@@ -148,7 +148,7 @@ def markdown(name: str, preset: str | None, tables: dict[str, str], claims: Sequ
         md += [f"*{SMOKE_NOTE}*", ""]
     for title, table in tables.items():
         md += [f"## {title}", "", table, ""]
-    md += ["## Claims", ""] + [f"- **{'PASS' if c['passed'] else 'FAIL'}** {_claim_line(c)}" for c in claims]
+    md += ["## Claims", ""] + [f"- **{'PASS' if c['passed'] else 'FAIL'}** {claim_text(c)}" for c in claims]
     return "\n".join(md) + "\n"
 
 
@@ -157,7 +157,7 @@ def write_results(folder: pathlib.Path, name: str, *, rows: list[dict], claims: 
                   extra: dict | None = None) -> pathlib.Path:
     """Write `table.md` (every table, then the claims) and `results.json` into `folder`."""
     atomic_write(folder / "table.md", markdown(name, preset, tables, claims))
-    payload = {"name": name, "preset": preset, "rows": rows, "claims": claims, "config": config}
+    payload = {"name": name, "preset": preset, "rows": rows, "claims": claims, "tables": tables, "config": config}
     payload.update(extra or {})
     atomic_write(folder / "results.json", json.dumps(_jsonable(payload), indent=2) + "\n")
     return folder

@@ -198,8 +198,9 @@ def _write(path: pathlib.Path, record: dict) -> None:
 
 def summary(record: dict, figure: str) -> tuple[float, float, list[float]]:
     """(mean, std, per-seed values) of a final figure of a row."""
+    from attention_jax.train.loop import mean_std
     values = np.asarray(record["final"][figure], np.float64)
-    return float(values.mean()), float(values.std(ddof=1) if len(values) > 1 else 0.0), values.tolist()
+    return (*mean_std(values), values.tolist())
 
 
 def fmt(mean: float, std: float = 0.0, spec: str = ".2f") -> str:

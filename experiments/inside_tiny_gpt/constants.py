@@ -11,7 +11,7 @@ PRESETS = {
     # Longer, for a GPU/TPU (not measured here): 4x the cpu preset's tokens per step, 2.5x its steps.
     "paper": TrainConfig(steps=5000, batch_size=64, lr=1e-2, warmup_steps=200, schedule="cosine",
                          checkpoint_every=1000, eval_every=500, train_eval_windows=97, eval_batch=128),
-    # About a minute on 2 cores, chosen by measurement (README): batch 16 learns more per second
+    # About a minute on 2 cores, chosen by measurement (docs/results/inside_tiny_gpt.md): batch 16 learns more per second
     # than 32 here; at 1500 steps the facts are still being learned (accuracy 0.78), at 2000 they
     # are (0.975), with validation at 0.30 bits/char.
     "cpu": TrainConfig(steps=2000, batch_size=16, lr=1e-2, warmup_steps=100, schedule="cosine",

@@ -10,10 +10,8 @@ N_LAYERS = 12
 BASE = dataclasses.replace(ONE_BLOCK, n_layers=N_LAYERS)
 NORMS = ("pre", "post")
 CONFIGS = {norm: dataclasses.replace(BASE, norm=norm) for norm in NORMS}
-# The smoke preset is a plumbing check for the tests: two blocks (a first and a last), because
-# compiling twelve unrolled blocks (init, step, evaluation; ten programs in all) takes minutes
-# on 2 cores; two rather than three took a cold smoke run from ~27.7 to ~22.5 s here. The cpu
-# and paper presets train the chapter's twelve.
+# The smoke preset checks the plumbing with two blocks (a first and a last): compiling twelve
+# unrolled blocks takes minutes on 2 cores. The cpu and paper presets train the chapter's twelve.
 DEPTH = {"smoke": 2}
 # name -> (norm, warmup?); the book's order.
 ROWS = {"pre_no_warmup": ("pre", False), "pre_warmup": ("pre", True),
@@ -29,7 +27,7 @@ PRESETS = {
     # The book: 12 blocks, 1000 steps, lr 3e-3, 200-step warmup; batch 64 as the ladder's paper budget.
     "paper": TrainConfig(steps=1000, batch_size=64, lr=3e-3, warmup_steps=200, log_every=5, eval_every=100,
                          checkpoint_every=250),
-    # Chosen by measurement on 2 cores (README, "Choosing the cpu budget" under norms): of the two
+    # Chosen by measurement on 2 cores (docs/results/norms.md): of the two
     # budgets tried, this one shows three claims of four (1000 x 16 with a 200-step warmup: two);
     # none within 30 minutes brings warmed-up post-norm within 5% of pre-norm.
     "cpu": TrainConfig(steps=600, batch_size=32, lr=3e-3, warmup_steps=100, log_every=5, eval_every=100,

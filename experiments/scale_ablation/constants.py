@@ -49,13 +49,13 @@ PRESETS = {
     "paper": dataclasses.replace(LADDER_BUDGETS["paper"], eval_every=250),
     # The ladder's cpu budget cut to 1500 steps (the positions table's): the d_head 32 gain stays
     # within +0.1 … +0.95 at every evaluation from 250 to 2250 steps, and 2250 would put the table
-    # past 30 min (README, "Choosing the cpu budget").
+    # past 30 min (docs/results/scale_ablation.md).
     "cpu": dataclasses.replace(LADDER_BUDGETS["cpu"], steps=1500),
     "smoke": LADDER_BUDGETS["smoke"],
 }
 SHORT = {
     # The chapter's own short budget (lr unstated there: the chapter's 1e-3). The cpu preset keeps
-    # it: the d_head 1024 collapse crosses 90% only at ~750-1000 steps (README).
+    # it: the d_head 1024 collapse crosses 90% only at ~750-1000 steps (docs/results/scale_ablation.md).
     "paper": TrainConfig(steps=1500, batch_size=32, lr=1e-3, checkpoint_every=250, eval_every=250),
     "cpu": TrainConfig(steps=1500, batch_size=32, lr=1e-3, checkpoint_every=250, eval_every=250,
                        train_eval_windows=120),

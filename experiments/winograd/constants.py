@@ -8,7 +8,7 @@ from attention_jax.config import TrainConfig
 from experiments.configs import LADDER, ONE_BLOCK, by_name
 
 
-WIDTH, HEADS = 64, 4          # the book: four heads per block; width chosen by measurement (README)
+WIDTH, HEADS = 64, 4          # the book: four heads per block; width chosen by measurement (docs/results/winograd.md)
 MODELS = {   # name -> (what it is, the ladder row it is)
     "average": ("uniform average + residual", by_name(LADDER, "average_residual").config),
     "one_block": ("one block (4 heads, FFN, LayerNorm)", ONE_BLOCK),
@@ -32,7 +32,7 @@ IDENTICAL = 0.005
 PRESETS = {
     "paper": TrainConfig(steps=6000, batch_size=64, lr=1e-3, checkpoint_every=1000, log_every=50,
                          eval_every=500, eval_batch=128),   # twice the cpu budget; add --seeds 5 on a GPU
-    # Chosen by measurement (README, "Choosing the cpu budget"): at width 64 and lr 1e-3 the blocks
+    # Chosen by measurement (docs/results/winograd.md): at width 64 and lr 1e-3 the blocks
     # reach 100% by step 300, the uniform average on the leaky task only by step 2000.
     "cpu": TrainConfig(steps=3000, batch_size=64, lr=1e-3, checkpoint_every=1000, log_every=50,
                        eval_every=250, eval_batch=128),

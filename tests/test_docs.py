@@ -1,0 +1,77 @@
+"""The docs hold: every Python block in README and docs/ runs as written, every results page is what
+its results file makes, and the site builds with mkdocs --strict."""
+import os
+import pathlib
+import re
+import shutil
+import subprocess
+import sys
+
+import pytest
+
+ROOT = pathlib.Path(__file__).resolve().parents[1]
+PAGES = [ROOT / "README.md", *sorted((ROOT / "docs").rglob("*.md"))]
+BLOCK = re.compile(r"^```python\n(.*?)^```", re.S | re.M)
+
+
+def blocks(path: pathlib.Path) -> list[str]:
+    return BLOCK.findall(path.read_text(encoding="utf-8"))
+
+
+WITH_CODE = [p for p in PAGES if blocks(p)]
+
+
+def test_the_pages_with_python_blocks_are_found():
+    names = {p.relative_to(ROOT).as_posix() for p in WITH_CODE}
+    assert {"README.md", "docs/library.md"} <= names
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("page", WITH_CODE, ids=lambda p: p.relative_to(ROOT).as_posix())
+def test_every_python_block_runs_as_written(page, tmp_path, corpus_folder, bpe_cache):
+    """Each block alone, in a fresh namespace (self-contained: it builds or loads what it uses), in
+    one process per page, from an empty folder: what it writes (results/) lands there."""
+    runner = ("import sys, traceback\n"
+              "for i, code in enumerate(sys.argv[1:]):\n"
+              "    try:\n"
+              "        exec(compile(code, f'block {i + 1}', 'exec'), {'__name__': '__main__'})\n"
+              "    except BaseException:\n"
+              "        traceback.print_exc()\n"
+              "        sys.exit(f'block {i + 1} failed')\n")
+    env = {**os.environ, "ATTENTION_JAX_DATA": str(corpus_folder), "ATTENTION_JAX_CACHE": str(bpe_cache),
+           "PYTHONPATH": str(ROOT)}
+    out = subprocess.run([sys.executable, "-c", runner, *blocks(page)], cwd=tmp_path, env=env,
+                         capture_output=True, text=True, timeout=600)
+    assert out.returncode == 0, out.stdout[-2000:] + out.stderr[-4000:]
+
+
+def test_every_results_page_is_what_its_results_file_makes():
+    from experiments import pages
+    assert pages.names(), "no committed results under docs/results"
+    stale = [path.relative_to(ROOT).as_posix() for path, text in pages.expected().items()
+             if not path.is_file() or path.read_text(encoding="utf-8") != text]
+    assert stale == [], "run python -m experiments.pages"
+
+
+def test_a_page_changed_by_hand_is_caught(tmp_path, monkeypatch):
+    from experiments import pages
+    name = pages.names()[0]
+    monkeypatch.setattr(pages, "DOCS", tmp_path)
+    shutil.copytree(ROOT / "docs" / "results" / name, tmp_path / name)
+    readme = tmp_path / "README.md"
+    readme.write_text(f"x\n{pages.BEGIN}\n{pages.END}\n")
+    monkeypatch.setattr(pages, "README", readme)
+    assert pages.main([]) == 0 and pages.main(["--check"]) == 0
+    page = tmp_path / f"{name}.md"
+    page.write_text(page.read_text().replace("PASS", "FAIL", 1))
+    assert pages.main(["--check"]) == 1
+
+
+@pytest.mark.skipif(shutil.which("mkdocs") is None and not (pathlib.Path(sys.executable).parent / "mkdocs").exists(),
+                    reason="mkdocs is not installed (pip install -e '.[test]')")
+def test_the_site_builds_strict(tmp_path):
+    mkdocs = shutil.which("mkdocs") or str(pathlib.Path(sys.executable).parent / "mkdocs")
+    out = subprocess.run([mkdocs, "build", "--strict", "-d", str(tmp_path / "site")], cwd=ROOT,
+                         capture_output=True, text=True, timeout=300, env={**os.environ, "NO_MKDOCS_2_WARNING": "1"})
+    assert out.returncode == 0, out.stdout + out.stderr
+    assert (tmp_path / "site" / "results" / "index.html").is_file()
