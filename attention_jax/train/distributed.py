@@ -14,22 +14,14 @@ On a Cloud TPU pod slice or under SLURM/Open MPI, `--distributed` lets JAX find 
 """
 from __future__ import annotations
 
-import os
-
 import jax
 import numpy as np
-
-ENV = {"coordinator": "JAX_COORDINATOR_ADDRESS", "num_processes": "JAX_NUM_PROCESSES", "process_id": "JAX_PROCESS_ID"}
 
 
 def initialize(coordinator: str | None = None, num_processes: int | None = None, process_id: int | None = None,
                *, auto: bool = False) -> bool:
-    """Join the processes of one run (before any JAX computation); False when there is nothing to join."""
-    coordinator = coordinator or os.environ.get(ENV["coordinator"])
-    num_processes = num_processes or (int(os.environ[ENV["num_processes"]]) if os.environ.get(ENV["num_processes"])
-                                      else None)
-    if process_id is None and os.environ.get(ENV["process_id"]):
-        process_id = int(os.environ[ENV["process_id"]])
+    """Join the processes of one run (before any JAX computation); False when there is nothing to
+    join. `auto`: let JAX find them (a Cloud TPU pod slice, SLURM, Open MPI)."""
     if not auto and not coordinator:
         return False
     jax.config.update("jax_cpu_collectives_implementation", "gloo")   # CPU processes talk over TCP

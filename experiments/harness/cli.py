@@ -194,16 +194,23 @@ def _interrupt_echo(unraisable) -> bool:
 
 
 def join_processes(args) -> None:
-    """Start JAX's distributed runtime when the flags or the environment name other processes."""
-    named = getattr(args, "coordinator", None) or os.environ.get("JAX_COORDINATOR_ADDRESS")
-    if named or getattr(args, "distributed", False):
-        from attention_jax.train.distributed import initialize   # imports JAX: before anything touches it
-        try:
-            initialize(getattr(args, "coordinator", None), getattr(args, "num_processes", None),
-                       getattr(args, "process_id", None), auto=getattr(args, "distributed", False))
-        except (RuntimeError, ValueError) as e:
-            raise ConfigError(f"cannot join the other processes ({' '.join(str(e).split())[:300]}); check "
-                              "--coordinator, --num-processes and --process-id") from None
+    """Start JAX's distributed runtime when the flags or the environment (JAX_COORDINATOR_ADDRESS,
+    JAX_NUM_PROCESSES, JAX_PROCESS_ID) name other processes."""
+    env = os.environ.get
+    coordinator = getattr(args, "coordinator", None) or env("JAX_COORDINATOR_ADDRESS")
+    auto = getattr(args, "distributed", False)
+    if not coordinator and not auto:
+        return
+    from attention_jax.train.distributed import initialize   # imports JAX: before anything touches it
+    try:
+        count = getattr(args, "num_processes", None) or (int(env("JAX_NUM_PROCESSES")) if env("JAX_NUM_PROCESSES")
+                                                         else None)
+        pid = getattr(args, "process_id", None)
+        pid = int(env("JAX_PROCESS_ID")) if pid is None and env("JAX_PROCESS_ID") else pid
+        initialize(coordinator, count, pid, auto=auto)
+    except (RuntimeError, ValueError) as e:
+        raise ConfigError(f"cannot join the other processes ({' '.join(str(e).split())[:300]}); check "
+                          "--coordinator, --num-processes and --process-id") from None
 
 
 def report_error(e: BaseException) -> int:

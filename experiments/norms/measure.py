@@ -52,7 +52,6 @@ def measure_init(ctx, table, seeds: list[int]) -> dict[str, dict]:
     """Both norms' init measurement, kept like a finished row (`rows.measured`)."""
     from experiments.harness import rows
     batch, n_batches, _ = PROBE[ctx.preset]
-    probe = TrainConfig(steps=1, batch_size=batch)      # the gradient is taken before any update: no lr in it
     out = {}
     for norm in NORMS:
         cfg = model_config(norm, ctx.preset)
