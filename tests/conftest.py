@@ -37,7 +37,7 @@ _CORPUS = next((p for p in (_REPO / os.environ.get("ATTENTION_JAX_DATA", "."), _
 #   ms without, measured on 480 of them); the test files heaviest in eager ops went from 240
 #   to 200 CPU seconds from a cold cache. This one can round an op differently: the test that
 #   pins a bit-for-bit identity compiles its two programs with the default emitters
-#   (test_train.DEFAULT_CODEGEN); the figures pinned within a tolerance hold either way.
+#   (test_train_engine.DEFAULT_CODEGEN); the figures pinned within a tolerance hold either way.
 TEST_XLA_FLAGS = "--xla_backend_optimization_level=0 --xla_cpu_use_fusion_emitters=false"
 
 
@@ -59,12 +59,16 @@ def pytest_configure(config):
 # Heaviest first, so that two workers finish together: xdist hands whole files (--dist loadfile)
 # to whichever worker is free, in this order (the scheduler below keeps it; xdist's own sorts
 # files by their number of tests, which left the notebook's, two tests, among the last). The order is
-# by each file's seconds in a cold run on 2 cores (2026-12-01: 80, 75 + 23 for the notebook and
-# the ladder, which run together, 71, 68, 60, 42, 37, 36, 24, 24, 21, 18, 15, 14, 12).
-HEAVY_FIRST = ("test_notebook.py", "test_ladder.py", "test_norms.py", "test_train.py", "test_inside_tiny_gpt.py",
-               "test_scale_ablation.py", "test_model.py", "test_throughput.py", "test_positions.py",
-               "test_experiments_analysis.py", "test_winograd.py", "test_rows.py", "test_damage.py", "test_all.py",
-               "test_functional.py", "test_distributed.py")
+# by each file's seconds in a whole run on 2 loaded cores (the notebook and the ladder, which run
+# together: 153 + 50; then 202, 111, 108, 76, 65, 63, 63, 57, 48, 48, 47, 44, 43, 42, 40, 34, 24, 20,
+# 19, 15, 12); the files left out take less. In the fast tier (-m "not slow") the library's files,
+# listed from test_backends.py on, are what is left to balance.
+HEAVY_FIRST = ("test_notebook.py", "test_ladder.py", "test_inside_tiny_gpt.py", "test_scale_ablation.py",
+               "test_norms.py", "test_backends.py", "test_throughput.py", "test_train_distributed.py", "test_docs.py",
+               "test_positions.py", "test_rows.py", "test_winograd.py", "test_model.py", "test_all.py",
+               "test_experiments_analysis.py", "test_damage.py", "test_train_engine.py", "test_train_loop.py",
+               "test_compile_cache.py", "test_functional.py", "test_complexity.py", "test_inspect.py",
+               "test_kernels.py")
 
 
 def pytest_collection_modifyitems(config, items):

@@ -36,7 +36,7 @@ def tokens(seed=0):
 # --- the forms as functions --------------------------------------------------------------------
 
 @pytest.mark.parametrize("name", ["causal_halves", "chunked", "fused"])
-@pytest.mark.parametrize("causal", [True, False])
+@pytest.mark.parametrize("causal", [True, pytest.param(False, marks=pytest.mark.slow)])
 def test_every_form_equals_the_reference_forward_and_gradients(name, causal, rng):
     q, k, v, g = (jnp.asarray(normal(rng, 2, 3, 9, 8)) for _ in range(4))    # odd T: uneven halves and chunks
     form = backends.form(config(attention_chunk=4), name)   # chunks of 4: three over 9 positions
@@ -55,6 +55,7 @@ def test_the_reference_form_is_the_functional_core():
     np.testing.assert_array_equal(backends.reference(q, k, v, bias=bias), want)
 
 
+@pytest.mark.slow
 def test_causal_halves_skip_a_quarter_that_is_exactly_zero(rng):
     q, k, v = (jnp.asarray(normal(rng, 2, 7, 4)) for _ in range(3))
     out, w = backends.causal_halves(q, k, v, return_weights=True)
@@ -64,6 +65,7 @@ def test_causal_halves_skip_a_quarter_that_is_exactly_zero(rng):
     np.testing.assert_array_equal(w[..., :3, 3:], 0.0)
 
 
+@pytest.mark.slow
 def test_integer_and_half_precision_inputs_of_the_forms():
     ints = jnp.arange(40).reshape(1, 5, 8) % 3
     out, w = backends.causal_halves(ints, ints, ints, return_weights=True)
@@ -82,6 +84,7 @@ def test_integer_and_half_precision_inputs_of_the_forms():
     assert mixed.dtype == jnp.float32          # one common dtype for the fused kernel
 
 
+@pytest.mark.slow
 def test_sizes_a_form_cannot_take_are_refused_in_words():
     for keys in (3, 5):           # causal self-attention over one window: as many keys as queries
         with pytest.raises(ValueError, match="4 queries need 4 keys"):
@@ -96,7 +99,7 @@ def test_sizes_a_form_cannot_take_are_refused_in_words():
         memory_efficient_attention(jnp.ones((4, 2)), jnp.ones((4, 2)), jnp.ones((4, 2)), chunk_size=0)
 
 
-@pytest.mark.parametrize("T, with_bias", [(1, False), (7, True), (16, False)])
+@pytest.mark.parametrize("T, with_bias", [(1, False), (7, True), pytest.param(16, False, marks=pytest.mark.slow)])
 def test_attention_in_causal_halves_equals_one_masked_softmax(T, with_bias, rng):
     q, k, v = (rng.standard_normal((2, 3, T, 8)).astype(np.float32) for _ in range(3))
     bias = F.alibi_bias(3, T) if with_bias else None
@@ -125,6 +128,7 @@ def test_a_fully_masked_half_gives_zero_weights_not_nan():
 
 # --- in the model --------------------------------------------------------------------------------
 
+@pytest.mark.slow
 @pytest.mark.parametrize("name", ["causal_halves", "chunked", "fused"])
 @pytest.mark.parametrize("mixer, positions", [("heads", "learned"), ("heads", "rope"), ("head", "rope"),
                                               ("heads", "alibi"), ("heads", "none")])
@@ -150,6 +154,7 @@ def test_every_form_in_the_model_equals_the_reference_forward_and_gradients(name
     chex.assert_trees_all_close(got_grads, want_grads, atol=2e-5)
 
 
+@pytest.mark.slow
 def test_a_hook_on_the_weights_switches_to_the_reference_form_with_one_notice():
     model = LanguageModel(config(attention="chunked", attention_chunk=4), rngs=nnx.Rngs(0))
     with pytest.warns(ReferenceSwitch, match=r"blocks.0.mixer \(chunked\): scores and weights exist only"):
@@ -203,6 +208,7 @@ def test_the_fused_kernel_reads_the_gpus_compute_capability(monkeypatch, found, 
     assert backends.fused_kernel(jnp.bfloat16, 32) == kernel
 
 
+@pytest.mark.slow
 def test_a_cudnn_refusal_while_tracing_falls_back_to_xla_with_a_warning(monkeypatch, rng):
     q, k, v = (jnp.asarray(normal(rng, 2, 4, 16, 8), jnp.bfloat16) for _ in range(3))
     want = backends.fused(q, k, v, bias=F.alibi_bias(4, 16), implementation="xla")

@@ -86,6 +86,7 @@ def test_names_keep_the_table_order_unless_asked_as_given():
         cli.choose_names("flash", known, "attention", as_given=True)
 
 
+@pytest.mark.slow
 def test_steps_per_call_from_the_environment_is_checked_and_announced_before_any_work(tmp_path, monkeypatch, capsys):
     from experiments import params
     monkeypatch.setenv("ATTENTION_JAX_CACHE", str(tmp_path / "cache"))
@@ -97,6 +98,19 @@ def test_steps_per_call_from_the_environment_is_checked_and_announced_before_any
     monkeypatch.setenv("ATTENTION_JAX_STEPS_PER_CALL", "4")
     assert params.main(["--preset", "smoke", "--out", str(tmp_path)]) == 0
     assert "training: up to 4 steps per compiled call" in capsys.readouterr().out
+
+
+def test_the_lab_reads_steps_per_call_from_the_environment_and_refuses_nonsense(monkeypatch):
+    from experiments.harness.experiment import STEPS_PER_CALL_ENV, steps_per_call_from_env
+    monkeypatch.delenv(STEPS_PER_CALL_ENV, raising=False)
+    assert steps_per_call_from_env() is None
+    monkeypatch.setenv(STEPS_PER_CALL_ENV, "2")
+    assert steps_per_call_from_env() == 2
+    for bad in ("0", "-3", "two", "²"):
+        monkeypatch.setenv(STEPS_PER_CALL_ENV, bad)
+        with pytest.raises(ConfigError, match=STEPS_PER_CALL_ENV) as err:
+            steps_per_call_from_env()
+        assert "\n" not in str(err.value), err.value    # one line: the CLI prints it alone
 
 
 def test_a_preemption_is_reported_as_its_own_line_and_exit_130(capsys):

@@ -33,6 +33,7 @@ def test_the_cache_lives_in_the_cache_folder_unless_told_otherwise(monkeypatch, 
     assert compile_cache.settings() == expected
 
 
+@pytest.mark.slow
 def test_a_folder_it_cannot_make_or_write_leaves_the_cache_off(tmp_path):
     code = f"""
 import os, jax
@@ -77,6 +78,7 @@ print(folder, hits.count('/jax/compilation_cache/cache_hits'), float(value), sha
 """
 
 
+@pytest.mark.slow
 def test_a_second_process_loads_the_programs_and_a_damaged_entry_is_replaced(tmp_path):
     env = {k: v for k, v in os.environ.items() if k not in JAX_ENV}
     env.update(ATTENTION_JAX_CACHE=str(tmp_path), JAX_PERSISTENT_CACHE_MIN_COMPILE_TIME_SECS="0")  # keep fast compiles too

@@ -27,6 +27,7 @@ def fake_child(calls, oom_from=None):
     return run_child
 
 
+@pytest.mark.slow
 def test_columns_ratios_and_exponents_are_exact(tmp_path, monkeypatch, capsys):
     calls = []
     monkeypatch.setattr(complexity, "run_child", fake_child(calls))
@@ -49,6 +50,7 @@ def test_columns_ratios_and_exponents_are_exact(tmp_path, monkeypatch, capsys):
     assert "claims:" in capsys.readouterr().out
 
 
+@pytest.mark.slow
 def test_out_of_memory_rows_are_estimated_and_the_rest_goes_on(tmp_path, monkeypatch):
     calls = []
     monkeypatch.setattr(complexity, "run_child", fake_child(calls, oom_from=256))
@@ -65,6 +67,7 @@ def test_out_of_memory_rows_are_estimated_and_the_rest_goes_on(tmp_path, monkeyp
     assert "out of memory" in (tmp_path / "complexity" / "table.md").read_text()
 
 
+@pytest.mark.slow
 def test_a_naive_layer_stopped_by_the_largest_n_not_memory_says_so(tmp_path, monkeypatch):
     """On a GPU with room to spare, naive reaches the largest n asked for: the claim must not read as memory."""
     monkeypatch.setattr(complexity, "run_child", fake_child([]))
@@ -73,6 +76,7 @@ def test_a_naive_layer_stopped_by_the_largest_n_not_memory_says_so(tmp_path, mon
     assert "naive up to 256 (then: the largest n asked for, not memory)" in keeps_going["measured"]
 
 
+@pytest.mark.slow
 def test_an_interrupted_run_resumes_and_variants_can_be_chosen(tmp_path, monkeypatch, capsys):
     calls, folder = [], tmp_path / "complexity"
     monkeypatch.setattr(complexity, "run_child", fake_child(calls))
@@ -88,12 +92,14 @@ def test_an_interrupted_run_resumes_and_variants_can_be_chosen(tmp_path, monkeyp
     assert "unknown variant 'flash'" in capsys.readouterr().err
 
 
+@pytest.mark.slow
 def test_a_tiny_memory_budget_stops_the_layer_before_it_runs():
     row = M.measure(256, "naive", repeats=1, chunk_size=128, budget_bytes=1)
     assert row["oom"] and "ms" not in row
     assert row["estimate_bytes"] >= 2 * M.matrix_bytes(256) == 2 * 8 * 256 * 256 * 4
 
 
+@pytest.mark.slow
 def test_memory_efficient_layer_equals_the_naive_layer_forward_and_backward():
     from flax import nnx
     from attention_jax.config import ModelConfig
@@ -117,6 +123,7 @@ def test_memory_efficient_layer_equals_the_naive_layer_forward_and_backward():
         assert float(np.max(np.abs(a - b))) <= 1e-4 * max(float(np.max(np.abs(a))), 1e-6)
 
 
+@pytest.mark.slow
 def test_a_child_process_measures_time_and_memory():
     row = M.run_child(256, "memeff", repeats=1, chunk_size=128)
     assert not row["oom"] and row["ms"] > 0 and row["xla_total_bytes"] > 0

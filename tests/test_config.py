@@ -131,6 +131,7 @@ def test_more_tokens_than_the_learned_position_table_raises_config_error():
         model(jnp.zeros((2, 9), jnp.int32))
 
 
+@pytest.mark.slow
 def test_a_larger_max_positions_admits_longer_inputs():
     cfg = ModelConfig(vocab_size=50, context=6, max_positions=8, d_model=32, n_heads=4, positions="learned")
     logits = LanguageModel(cfg, rngs=nnx.Rngs(0))(jnp.zeros((2, 8), jnp.int32))
@@ -199,6 +200,29 @@ def test_train_config_accepts_its_defaults_and_the_edges_of_each_range():
                                         min_lr_ratio=0.1)
     TrainConfig(lr=1, weight_decay=0, b1=0.0, b2=0.0, grad_clip=1, min_lr_ratio=0)   # ints are numbers
     TrainConfig(b1=0.999999, b2=0.999999, min_lr_ratio=1.0)
+
+
+@pytest.mark.parametrize("field, value", [
+    ("steps", 0), ("batch_size", -1), ("log_every", 0), ("checkpoint_every", 0),
+    ("train_eval_windows", 0), ("eval_batch", 0), ("lr", 0.0), ("warmup_steps", -1), ("grad_clip", -0.5),
+    ("eval_every", -1), ("weight_decay", -0.1)])
+def test_train_config_refuses_impossible_values(field, value):
+    with pytest.raises(ConfigError) as info:
+        TrainConfig(**{field: value})
+    assert isinstance(info.value, ValueError)
+    message = str(info.value)
+    assert "\n" not in message, message    # one line: the CLI prints it alone
+    assert message.startswith("invalid TrainConfig") and field in message
+
+
+@pytest.mark.parametrize("change, start", [
+    ({"schedule": "linear"}, "invalid TrainConfig: schedule='linear'; choose 'constant' or 'cosine'"),
+    ({"min_lr_ratio": 1.5}, "invalid TrainConfig: min_lr_ratio=1.5 must be in [0, 1]"),
+    ({"schedule": "cosine", "steps": 10, "warmup_steps": 10}, "invalid TrainConfig: warmup_steps=10 leaves")])
+def test_schedule_refuses_impossible_values(change, start):
+    with pytest.raises(ConfigError) as info:
+        TrainConfig(**change)
+    assert str(info.value).startswith(start) and "\n" not in str(info.value)
 
 
 def test_replace_validates_train_config_again():

@@ -16,6 +16,8 @@ import pytest
 
 from experiments import ladder
 
+pytestmark = pytest.mark.slow      # every test here trains a smoke row and runs it again
+
 ROWS = "no_context"
 
 

@@ -19,7 +19,9 @@ def _run(module, name, tmp_path_factory) -> dict:
     folder = out / name
     assert (folder / "table.md").exists()
     results = json.loads((folder / "results.json").read_text())
-    assert results["preset"] == "smoke" and results["config"] is not None
+    assert results["preset"] == "smoke"
+    smoke = module.PRESETS["smoke"]
+    assert {key: results["config"][key] for key in smoke} == smoke       # what it ran with: the preset's settings
     assert results["claims"] and all(c["passed"] for c in results["claims"]), results["claims"]
     results["folder"] = folder
     return results
@@ -35,6 +37,7 @@ def scaling_results(tmp_path_factory):
     return _run(scaling, "scaling", tmp_path_factory)
 
 
+@pytest.mark.slow
 def test_averaging_is_order_blind_and_three_ways_equal(averaging_results):
     diffs = [r["diff"] for r in averaging_results["rows"]]
     assert len(diffs) == 4 and max(diffs) < 1e-6
@@ -43,6 +46,7 @@ def test_averaging_is_order_blind_and_three_ways_equal(averaging_results):
     assert (averaging_results["folder"] / "averaging_matrix.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
 
 
+@pytest.mark.slow
 def test_scaling_variance_trace_and_frozen_rows(scaling_results):
     rows = {r["d"]: r for r in scaling_results["rows"]}
     assert sorted(rows) == [4, 16, 64, 256, 1024]
@@ -56,6 +60,7 @@ def test_scaling_variance_trace_and_frozen_rows(scaling_results):
     assert (scaling_results["folder"] / "jacobian.png").exists()
 
 
+@pytest.mark.slow
 def test_params_counts(tmp_path_factory):
     results = _run(params, "params", tmp_path_factory)
     models = {r["model"]: r for r in results["rows"]}
@@ -72,6 +77,7 @@ def test_params_counts(tmp_path_factory):
     assert sum(int(label.split(": ")[1].split(" ")[0].replace(",", "")) for label in labels) == 124_439_808
 
 
+@pytest.mark.slow
 def test_parity_with_torch(tmp_path_factory):
     pytest.importorskip("torch")
     results = _run(parity, "parity", tmp_path_factory)

@@ -78,6 +78,7 @@ def test_softmax_jacobian_is_diag_w_minus_outer_w(rng):
     chex.assert_trees_all_close(jac, analytic, atol=1e-6)
 
 
+@pytest.mark.slow
 def test_softmax_jacobian_under_a_mask_is_diag_w_minus_outer_w_of_the_masked_weights(rng):
     scores, mask = normal(rng, 5, 5), F.causal_mask(5)
     w = F.masked_softmax(scores, mask)
@@ -124,6 +125,7 @@ def _self_attention(x, wq, wk, wv, mask=None):
     return F.attention(x @ wq, x @ wk, x @ wv, mask=mask)
 
 
+@pytest.mark.slow
 def test_self_attention_without_mask_or_positions_is_permutation_equivariant(rng):
     x, wq, wk, wv = normal(rng, 10, 16), normal(rng, 16, 8), normal(rng, 16, 8), normal(rng, 16, 8)
     perm = rng.permutation(10)
@@ -183,6 +185,7 @@ def test_masked_softmax_in_half_precision_is_finite_and_normalised(dtype, rng):
     chex.assert_trees_all_close(jnp.sum(w.astype(jnp.float32), -1), jnp.ones((4, 8)), atol=2e-2)
 
 
+@pytest.mark.slow
 def test_masked_softmax_composes_with_jit_vmap_and_grad(rng):
     scores, mask = normal(rng, 3, 5, 5), F.causal_mask(5)
     eager = F.masked_softmax(scores, mask)
@@ -229,6 +232,7 @@ def test_masked_softmax_of_integer_scores_is_the_float32_softmax(dtype, rng):
     assert float(jnp.min(jnp.sum(F.masked_softmax(scores), -1))) > 0.99  # not truncated to 0
 
 
+@pytest.mark.slow
 def test_masked_softmax_of_bool_scores_promotes_and_a_bool_or_int_mask_stays_a_mask():
     scores = jnp.array([[True, False, True, False]])
     w = F.masked_softmax(scores)
@@ -266,6 +270,7 @@ def test_integer_products_do_not_overflow_before_the_softmax():
     chex.assert_trees_all_close(F.attention_scores(q, q, scale=False), jnp.full((2, 2), 30000.0))
 
 
+@pytest.mark.slow
 def test_softmax_jacobian_and_layer_norm_promote_integer_inputs(rng):
     scores = ints(rng, 2, 5)
     mask = np.array([[True, True, False, True, True], [True] * 5])
@@ -279,6 +284,7 @@ def test_softmax_jacobian_and_layer_norm_promote_integer_inputs(rng):
     assert float(jnp.max(jnp.abs(y))) > 0.5  # normalised values, not truncated to 0 and ±1
 
 
+@pytest.mark.slow
 def test_float_inputs_keep_their_dtype(rng):
     for dtype in (jnp.float32, jnp.bfloat16, jnp.float16):
         q, k, v = (jnp.asarray(normal(rng, 4, 4), dtype) for _ in range(3))
@@ -289,11 +295,13 @@ def test_float_inputs_keep_their_dtype(rng):
 
 # --- positions ----------------------------------------------------------------------------
 
+@pytest.mark.slow
 def test_rope_keeps_vector_norms(rng):
     x = normal(rng, 2, 3, 20, 16)
     chex.assert_trees_all_close(jnp.linalg.norm(F.apply_rope(x), axis=-1), jnp.linalg.norm(x, axis=-1), rtol=1e-5)
 
 
+@pytest.mark.slow
 def test_rope_scores_depend_only_on_the_offset(rng):
     q, k = normal(rng, 1, 16), normal(rng, 1, 16)
 
@@ -305,6 +313,7 @@ def test_rope_scores_depend_only_on_the_offset(rng):
     assert score(5, 1) != pytest.approx(score(5, 3), abs=1e-3)   # ... and the offset does matter
 
 
+@pytest.mark.slow
 def test_rope_default_positions_are_zero_to_n_and_position_zero_is_the_identity(rng):
     x = normal(rng, 6, 8)
     chex.assert_trees_all_close(F.apply_rope(x), F.apply_rope(x, jnp.arange(6)), atol=1e-6)
@@ -383,6 +392,7 @@ def test_layer_norm_keeps_half_precision_dtype(rng):
 
 # --- dtypes at the edges (found by an API audit) ---------------------------------------------
 
+@pytest.mark.slow
 def test_dense_and_rope_promote_integer_inputs_rather_than_truncate():
     np.testing.assert_allclose(np.asarray(F.dense(jnp.array([[1, 0, 2]]), jnp.full((3, 2), 0.4))), [[1.2, 1.2]],
                                rtol=1e-6)
@@ -392,6 +402,7 @@ def test_dense_and_rope_promote_integer_inputs_rather_than_truncate():
     np.testing.assert_allclose(np.asarray(rotated), np.asarray(F.apply_rope(x.astype(jnp.float32))))
 
 
+@pytest.mark.slow
 def test_float16_scores_are_taken_in_float32_where_the_product_overflows():
     """q·k of 157k passes float16's 65,504 though q·k/√d (~20k) fits: the scores stay finite."""
     q = (jax.random.normal(jax.random.key(0), (1, 2, 7, 64)) * 40).astype(jnp.float16)
@@ -402,7 +413,7 @@ def test_float16_scores_are_taken_in_float32_where_the_product_overflows():
     np.testing.assert_allclose(np.asarray(out, np.float32), np.asarray(want, np.float32), atol=2e-2, rtol=2e-2)
 
 
-@pytest.mark.parametrize("dtype", [jnp.bfloat16, jnp.float16])
+@pytest.mark.parametrize("dtype", [pytest.param(jnp.bfloat16, marks=pytest.mark.slow), jnp.float16])
 def test_half_precision_attention_with_a_float32_bias_stays_half(dtype):
     q = jax.random.normal(jax.random.key(1), (1, 2, 5, 8)).astype(dtype)
     bias = F.alibi_bias(2, 5)
@@ -411,6 +422,7 @@ def test_half_precision_attention_with_a_float32_bias_stays_half(dtype):
     assert F.attention_weights(q, q, mask=F.causal_mask(5), bias=bias).dtype == dtype
 
 
+@pytest.mark.slow
 def test_edge_sizes_are_answered_or_refused_in_words():
     assert F.sinusoidal_positions(0, 4).shape == (0, 4) and F.sinusoidal_positions(3, 0).shape == (3, 0)
     with pytest.raises(ValueError, match="at least one head"):

@@ -25,6 +25,7 @@ def model():
     return m
 
 
+@pytest.mark.slow
 def test_greedy_equals_decoding_by_hand_across_the_context_boundary(model):
     prompt = [5, 1, 30]
     got = generate(model, prompt, 12, temperature=0)      # 15 tokens through a context of 8
@@ -36,6 +37,7 @@ def test_greedy_equals_decoding_by_hand_across_the_context_boundary(model):
     assert generate(model, prompt, 12, key=jax.random.key(0), top_k=1).tolist() == text   # top-1 = greedy
 
 
+@pytest.mark.slow
 def test_a_key_decides_the_draw(model):
     a = generate(model, [2, 3], 20, key=jax.random.key(7), temperature=1.0)
     assert a[:2].tolist() == [2, 3] and len(a) == 22 and ((0 <= a) & (a < TINY.vocab_size)).all()
@@ -74,6 +76,7 @@ def test_what_cannot_be_generated_is_refused_in_one_line(model):
     assert generate(model, [1], 3, temperature=0).shape == (4,)     # the ablation put the mask back
 
 
+@pytest.mark.slow
 def test_prompts_of_one_length_are_answered_together_as_each_alone(model):
     prompts = np.array([[1, 2, 3], [4, 5, 6], [7, 8, 9]])
     together = generate(model, prompts, 20, temperature=0)

@@ -55,6 +55,7 @@ def small():
     return model_lib.LanguageModel(SMALL, rngs=nnx.Rngs(3))
 
 
+@pytest.mark.slow
 def test_smoke_command_writes_tables_claims_and_pngs(runs):
     folder, (code, stdout, results), _ = runs
     assert code == 0, stdout
@@ -86,6 +87,7 @@ def test_smoke_command_writes_tables_claims_and_pngs(runs):
     assert "max |raw - module|" in stdout and "@" in results["heatmap"]
 
 
+@pytest.mark.slow
 def test_rerun_reopens_the_cached_model(runs):
     _, (_, _, first), (code, stdout, second) = runs
     assert code == 0, stdout
@@ -96,6 +98,7 @@ def test_rerun_reopens_the_cached_model(runs):
     assert [r["acc"] for r in second["rows"]] == [r["acc"] for r in first["rows"]]
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("change", [{}, {"tie_embeddings": False, "qkv_bias": False, "positions": "none"}])
 def test_raw_forward_equals_the_module_without_calling_it(small, change, monkeypatch):
     import dataclasses
@@ -120,6 +123,7 @@ def test_raw_forward_equals_the_module_without_calling_it(small, change, monkeyp
     assert check["max_abs_diff"] <= 1e-5
 
 
+@pytest.mark.slow
 def test_raw_forward_and_formula_refuse_other_architectures():
     import dataclasses
     post = model_lib.LanguageModel(dataclasses.replace(SMALL, norm="post"), rngs=nnx.Rngs(0))
@@ -139,6 +143,7 @@ def test_formula_equals_the_framework(change):
     assert gpt3[0]["count"] == 12 * 96 * 12288 ** 2
 
 
+@pytest.mark.slow
 def test_ablations_restore_the_model(small):
     x = jax.random.randint(jax.random.key(1), (2, 20), 0, 44)
     before = np.asarray(small(x))
@@ -155,6 +160,7 @@ def test_ablations_restore_the_model(small):
     np.testing.assert_array_equal(np.asarray(small(x)), before)
 
 
+@pytest.mark.slow
 def test_data_driven_paths_equal_inspect_ablate(small):
     run = E.compiled()
     x = np.asarray(jax.random.randint(jax.random.key(2), (3, SMALL.context), 0, 44), np.int32)
@@ -179,6 +185,7 @@ def test_data_driven_paths_equal_inspect_ablate(small):
         np.testing.assert_allclose(cache[name], np.asarray(ref[name]), atol=1e-5, err_msg=name)
 
 
+@pytest.mark.slow
 def test_greedy_decoding_and_teacher_forcing(small):
     tok = tw.CharTokenizer()
     world = tw.build_world(tw.WorldSpec(n_people=3, n_cities=2, train_epochs=1, val_epochs=1, reviews_per_epoch=1))
@@ -203,6 +210,7 @@ def test_ascii_heatmap_shades_by_value_only():
         E.ascii_heatmap(np.ones((2, 3)), list("ab"))
 
 
+@pytest.mark.slow
 def test_heatmap_png(tmp_path):
     mats = {f"head {h}": np.tril(np.ones((5, 5))) / np.arange(1, 6)[:, None] for h in range(3)}
     fig = E.heatmap_figure(mats, list("⏎a b:"), "test", ncols=2, highlight=[1])
@@ -226,6 +234,7 @@ def test_ablation_claims_pass_and_fail():
     assert failed[1]["margin"] == pytest.approx(0.45 - 0.46)
 
 
+@pytest.mark.slow
 def test_sqrt_d_random_is_the_scaling_sweep_at_the_lectures_sizes():
     from experiments import scaling
     rows = E.sqrt_d_random(300)

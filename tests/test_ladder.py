@@ -27,6 +27,7 @@ def isolated(bpe_cache, monkeypatch):
     monkeypatch.setenv("ATTENTION_JAX_CACHE", str(bpe_cache))
 
 
+@pytest.mark.slow
 def test_rows_subset_trains_only_those(smoke_ladder):
     run = smoke_ladder["subset"]
     assert run.code == 0, run.stdout
@@ -37,6 +38,7 @@ def test_rows_subset_trains_only_those(smoke_ladder):
     assert run.results["claims"] == []        # no claim compares these two
 
 
+@pytest.mark.slow
 def test_smoke_ladder_writes_table_results_and_plot(smoke_ladder):
     run, folder = smoke_ladder["full"], smoke_ladder["folder"]
     assert run.code == 0, run.stdout
@@ -46,7 +48,10 @@ def test_smoke_ladder_writes_table_results_and_plot(smoke_ladder):
     assert [r["params"] for r in rows] == PARAMS
     for r in rows:
         assert math.isfinite(r["train_ppl"]) and math.isfinite(r["val_ppl"]), r
-        assert 1 < r["val_ppl"] < 2 * 1024 and r["steps"] == 12 and r["seeds"] == [0]
+        # 12 steps at lr 1e-3: near the uniform guess over the 1,024 tokens (perplexity 1024; measured 412 to
+        # 1069), and the held-out and training splits agree (measured within 7%): nothing overfits yet
+        assert 1 < r["val_ppl"] < 1.25 * 1024 and r["steps"] == 12 and r["seeds"] == [0]
+        assert abs(math.log(r["val_ppl"] / r["train_ppl"])) < 0.15, r
     # The two rows of the --rows run were reused, the other eight trained now.
     assert [r["name"] for r in rows if r["cached"]] == ["no_context", "heads"]
     assert run.trained == sorted(NAMES)
@@ -73,6 +78,7 @@ def test_smoke_ladder_writes_table_results_and_plot(smoke_ladder):
     assert "wrote" in run.stdout.splitlines()[-1]
 
 
+@pytest.mark.slow
 def test_same_command_again_is_cached_and_fast(smoke_ladder):
     full, again = smoke_ladder["full"], smoke_ladder["again"]
     assert again.code == 0, again.stdout
@@ -87,6 +93,7 @@ def test_same_command_again_is_cached_and_fast(smoke_ladder):
     assert again.seconds < min(20.0, full.seconds / 3), (again.seconds, full.seconds)
 
 
+@pytest.mark.slow
 def test_eval_every_records_curves(tmp_path, smoke_ladder):
     """--eval-every N: train and val perplexity along the way, in results.json and curves.png;
     --lr, --batch-size and --schedule override the preset, and the results say so."""
@@ -125,6 +132,7 @@ def test_user_errors_are_one_line_and_exit_2(tmp_path, capsys, args, start):
     assert not (tmp_path / "out").exists()     # nothing was started, so nothing was written
 
 
+@pytest.mark.slow
 def test_a_learning_rate_that_diverges_stops_the_row_in_one_line_and_caches_nothing(tmp_path, capsys):
     args = [*SMOKE, "--rows", "no_context", "--lr", "1e9", "--out", str(tmp_path)]
     for attempt in range(2):                                  # and the rerun is not served from a cache
@@ -143,6 +151,7 @@ def test_a_second_run_on_the_same_out_is_refused_while_the_first_holds_it(tmp_pa
     assert err.startswith("error: another run is writing into") and len(err.splitlines()) == 1
 
 
+@pytest.mark.slow
 def test_ctrl_c_during_the_first_compile_exits_130_without_a_crash(tmp_path, corpus_folder, bpe_cache):
     import os
     import signal
@@ -163,6 +172,7 @@ def test_ctrl_c_during_the_first_compile_exits_130_without_a_crash(tmp_path, cor
     assert err.strip().splitlines()[-1].startswith("interrupted: finished results are kept")
 
 
+@pytest.mark.slow
 def test_a_bfloat16_smoke_ladder_row_ends_within_2_percent_of_float32(tmp_path, smoke_ladder):
     """Mixed precision (bf16 compute, float32 parameters and optimizer state) trains to the same place."""
     with contextlib.redirect_stdout(io.StringIO()):

@@ -6,6 +6,7 @@ import chex
 import jax
 import jax.numpy as jnp
 import numpy as np
+import pytest
 
 from attention_jax import functional as F
 from attention_jax.memory_efficient import memory_efficient_attention
@@ -40,6 +41,7 @@ def test_causal_matches_attention_with_causal_mask_when_n_is_not_a_multiple_of_t
     chex.assert_trees_all_close(out, reference(q, k, v), atol=1e-5)
 
 
+@pytest.mark.slow
 def test_causal_gradients_match_attention_with_causal_mask(rng):
     q, k, v = qkv(rng)
     in_chunks_of_8 = functools.partial(memory_efficient_attention, chunk_size=8)
@@ -56,6 +58,7 @@ def test_non_causal_matches_unmasked_attention_forward_and_gradients(rng):
                                 grads(reference, q, k, v, causal=False), atol=1e-5)
 
 
+@pytest.mark.slow
 def test_leading_batch_and_head_dims_are_kept(rng):
     q, k, v = qkv(rng, 2, 3, n=13)
     out = chunked(q, k, v, chunk_size=4)
@@ -91,6 +94,7 @@ def test_works_under_jit(rng):
     chex.assert_trees_all_close(jitted(q, k, v), reference(q, k, v), atol=1e-5)
 
 
+@pytest.mark.slow
 def test_half_precision_inputs_give_half_precision_outputs_close_to_float32(rng):
     q, k, v = qkv(rng)
     out = chunked(*(jnp.asarray(x, jnp.bfloat16) for x in (q, k, v)), chunk_size=8)
@@ -98,6 +102,7 @@ def test_half_precision_inputs_give_half_precision_outputs_close_to_float32(rng)
     chex.assert_trees_all_close(out.astype(jnp.float32), reference(q, k, v), atol=5e-2)
 
 
+@pytest.mark.slow
 def test_integer_inputs_are_promoted_to_float32_not_truncated(rng):
     q, k, v = (rng.integers(-3, 4, size=(2, N, D)).astype(np.int32) for _ in range(3))
     for causal, scale in ((True, True), (False, False)):

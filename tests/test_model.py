@@ -45,6 +45,7 @@ def hidden(seed=0, shape=(B, T, 32)):
 FUTURE = torch.ones(T, T, dtype=torch.bool).triu(1)                    # torch MHA: True = may NOT attend
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("qkv_bias, bias", [(True, True), (False, False), (False, True)])
 @pytest.mark.parametrize("mask_kind", ["bool", "float"])
 def test_multi_head_attention_matches_torch_multihead_attention(qkv_bias, bias, mask_kind, parity):
@@ -55,6 +56,7 @@ def test_multi_head_attention_matches_torch_multihead_attention(qkv_bias, bias, 
     parity(f"MultiHeadAttention vs torch MHA (qkv_bias={qkv_bias}, bias={bias}, {mask_kind} mask)", mha(x), theirs)
 
 
+@pytest.mark.slow
 def test_sown_attention_weights_match_torch_per_head_weights(parity):
     mha = randomize(MultiHeadAttention(config(qkv_bias=True), rngs=nnx.Rngs(0)))
     x = hidden()
@@ -67,6 +69,7 @@ def test_sown_attention_weights_match_torch_per_head_weights(parity):
     parity("sown attention weights vs torch MHA per-head weights", weights, theirs)
 
 
+@pytest.mark.slow
 def test_pre_norm_block_matches_torch_twin(parity):
     block = randomize(Block(config(qkv_bias=True), rngs=nnx.Rngs(0)))
     x = hidden()
@@ -108,7 +111,9 @@ def logits_from_embeddings(model, x):
     return x @ model.token_embed.embedding[...].T if model.lm_head is None else model.lm_head(x)
 
 
-@pytest.mark.parametrize("positions", POSITIONS)
+# Every kind of positions (POSITIONS); the fast tier (-m "not slow") checks an added table and RoPE's rotations.
+@pytest.mark.parametrize("positions", [p if p in ("learned", "rope") else pytest.param(p, marks=pytest.mark.slow)
+                                       for p in POSITIONS])
 def test_no_position_gets_gradient_from_a_later_position(positions):
     model = randomize(LanguageModel(config(positions=positions), rngs=nnx.Rngs(0)), std=0.2)
     idx = tokens(shape=(1, T))
@@ -125,6 +130,7 @@ def test_no_position_gets_gradient_from_a_later_position(positions):
     assert np.all(reach[np.tril_indices(T)] > 0.0), "every earlier position should matter"
 
 
+@pytest.mark.slow
 def test_without_positions_one_causal_layer_leaves_the_last_output_blind_to_earlier_order():
     # One layer only: with two, earlier positions' outputs (prefix-dependent) carry the order upwards.
     model = randomize(LanguageModel(config(positions="none", n_layers=1), rngs=nnx.Rngs(0)), std=0.2)
@@ -145,6 +151,7 @@ def test_learned_positions_make_the_order_of_earlier_tokens_visible():
 VALID = [(m, p) for m in MIXERS for p in POSITIONS if not (p in ("rope", "alibi") and m in ("none", "average"))]
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("mixer, positions", VALID)
 def test_every_mixer_and_positions_combination_runs(mixer, positions):
     logits = LanguageModel(config(mixer=mixer, positions=positions), rngs=nnx.Rngs(0))(tokens())
@@ -195,6 +202,7 @@ def test_average_mixer_adds_the_prefix_mean():
     chex.assert_trees_all_close(block(x), x + prefix_mean, atol=1e-5)
 
 
+@pytest.mark.slow
 def test_head_is_causal_attention_on_its_projections():
     head = randomize(Head(config(mixer="head"), rngs=nnx.Rngs(0)))
     x = hidden()
@@ -213,6 +221,7 @@ def test_unscaled_scores_equal_scaled_ones_with_queries_grown_by_sqrt_d_head():
     assert np.abs(unscaled(x) - randomize(MultiHeadAttention(TINY, rngs=nnx.Rngs(0)))(x)).max() > 1e-3
 
 
+@pytest.mark.slow
 def test_dropout_is_random_in_train_mode_and_deterministic_after_eval():
     model = LanguageModel(config(dropout=0.2), rngs=nnx.Rngs(0))
     idx = tokens()
@@ -223,6 +232,7 @@ def test_dropout_is_random_in_train_mode_and_deterministic_after_eval():
 
 # --- mixed precision ------------------------------------------------------------------------
 
+@pytest.mark.slow
 def test_bfloat16_computes_in_half_precision_and_keeps_float32_parameters():
     cfg = config(dtype="bfloat16")
     model = LanguageModel(cfg, rngs=nnx.Rngs(0))

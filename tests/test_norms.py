@@ -29,6 +29,7 @@ def run(smoke_run):
     return smoke_run(norms, "--seeds", "2")
 
 
+@pytest.mark.slow
 def test_smoke_run_produces_rows_columns_claims_and_plots(run):
     code, stdout, folder, results = run
     assert code == 0, stdout
@@ -63,6 +64,7 @@ def test_smoke_run_produces_rows_columns_claims_and_plots(run):
     assert sorted(results["figures"]) == ["early_steps.png", "init_grad_norms.png"]   # no curves without eval_every
 
 
+@pytest.mark.slow
 def test_warmup_rows_start_at_lr_zero(run):
     """The Engine's lr metric, step by step (log_every 1 in the smoke preset): 0 at the first
     step of a warmup row, rising linearly to the peak; the full rate from step 1 without."""
@@ -81,6 +83,7 @@ def test_warmup_rows_start_at_lr_zero(run):
         assert first["step"] == 1 and first["lr"] == ([0.0, 0.0] if r["warmup"] else pytest.approx([smoke.lr] * 2))
 
 
+@pytest.mark.slow
 def test_every_claim_reports_per_seed_verdicts(run):
     _, stdout, _, results = run
     for c in results["claims"]:
@@ -90,6 +93,7 @@ def test_every_claim_reports_per_seed_verdicts(run):
         assert f"holds in {seeds['held']} of 2 seeds" in stdout
 
 
+@pytest.mark.slow
 def test_init_grad_norms_equal_a_hand_computation():
     """Each block's gradient norm at init (the Engine's block_grad_norm, vmapped over two seeds)
     equals the norm of grads["blocks"][i] from nnx.grad of the mean cross-entropy."""
@@ -162,6 +166,7 @@ def test_warmup_is_checked_only_for_warmup_rows():
             norms.check_warmup(["post_no_warmup", "post_warmup"], warmup, 30)
 
 
+@pytest.mark.slow
 def test_figures_draw_from_records():
     """The three plots from records shaped like a trained table's (no training here)."""
     steps = range(5, 101, 5)

@@ -29,6 +29,7 @@ def test_the_ipynb_is_its_py_source_without_outputs():
     assert all(not c.get("outputs") and not c.get("execution_count") for c in committed.cells if c.cell_type == "code")
 
 
+@pytest.mark.slow
 def test_the_notebook_runs_on_cpu_at_smoke_size(tmp_path, corpus_folder, bpe_cache, smoke_ladder, monkeypatch):
     """As a user's second run: the ladder's ten smoke rows are already in its results folder
     (trained once for the suite by conftest.smoke_ladder, whose training test_ladder.py checks),

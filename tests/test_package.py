@@ -4,6 +4,8 @@ import pathlib
 import subprocess
 import sys
 
+import pytest
+
 ROOT = pathlib.Path(__file__).resolve().parents[1]
 LIBRARY = ROOT / "attention_jax"
 SOURCES = sorted(LIBRARY.rglob("*.py"))
@@ -27,6 +29,7 @@ def test_no_library_file_imports_the_lab_or_its_tools():
     assert {p: names for p, names in offenders.items() if names} == {}
 
 
+@pytest.mark.slow
 def test_importing_every_library_module_loads_no_matplotlib_torch_or_lab_code():
     code = ("import importlib, pkgutil, sys, attention_jax\n"
             "for m in pkgutil.walk_packages(attention_jax.__path__, 'attention_jax.'):\n"
@@ -39,3 +42,15 @@ def test_importing_every_library_module_loads_no_matplotlib_torch_or_lab_code():
 def test_the_library_s_largest_file_is_at_most_350_lines():
     sizes = {p.relative_to(ROOT).as_posix(): len(p.read_text(encoding="utf-8").splitlines()) for p in SOURCES}
     assert max(sizes.values()) <= 350, max(sizes, key=sizes.get)
+
+
+def test_every_library_module_has_a_test_file_of_its_own():
+    """attention_jax/x.py -> tests/test_x.py; attention_jax/pkg/x.py -> tests/test_pkg_x.py."""
+    expected = {}
+    for p in SOURCES:
+        parts = p.relative_to(LIBRARY).with_suffix("").parts
+        if parts[-1] == "__init__" or parts == ("errors",):
+            continue
+        expected[p.relative_to(ROOT).as_posix()] = "test_" + "_".join(parts) + ".py"
+    missing = {src: test for src, test in expected.items() if not (ROOT / "tests" / test).is_file()}
+    assert missing == {}

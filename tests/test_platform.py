@@ -198,6 +198,7 @@ def test_a_command_line_run_tunes_malloc_for_its_programs(monkeypatch, name, big
     assert asked == [big]
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("platforms", ["gpu", "foo"])
 def test_a_backend_jax_cannot_start_is_one_clear_error(platforms, tmp_path):
     """JAX_PLATFORMS naming a backend this machine lacks: one line and exit 2, not JAX's traceback."""

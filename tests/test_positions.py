@@ -19,6 +19,7 @@ def run(smoke_run):
     return smoke_run(positions)
 
 
+@pytest.mark.slow
 def test_smoke_run_reads_every_encoding_at_every_length(run):
     code, stdout, folder, results = run
     assert code == 0, stdout
@@ -39,6 +40,7 @@ def test_smoke_run_reads_every_encoding_at_every_length(run):
     assert "ppl @256" in table and "44.95" in table and "42.49" in table
 
 
+@pytest.mark.slow
 def test_training_never_touches_learned_rows_past_the_window():
     cfg = ModelConfig(vocab_size=32, context=8, max_positions=32, d_model=16, n_heads=2, positions="learned")
     model = LanguageModel(cfg, rngs=nnx.Rngs(0))

@@ -14,6 +14,8 @@ from attention_jax.train import text_task
 from experiments import ladder
 from experiments.configs import by_name, LADDER
 
+pytestmark = pytest.mark.slow      # every test here trains a smoke row, or reopens the one trained
+
 ROW = "heads"
 
 
@@ -71,7 +73,8 @@ def test_a_measure_added_later_is_computed_from_the_checkpoint(trained):
     again = rows.train_row(ROW, cfg, tc, task, preset="smoke", seeds=[0], folder=folder, progress=False,
                            measures=measure)
     assert again["cached"] and again["final"] == record["final"]
-    assert again["measures"]["at_64"]["ppl"][0] > 1
+    engine, state = rows.restore_state(record, folder)      # the same measure, taken by hand from the checkpoint
+    assert again["measures"]["at_64"]["ppl"] == engine.perplexity(state, val, context=64).tolist()
     saved = json.loads((folder / "rows" / f"{record['key']}.json").read_text())
     assert saved["measures"]["at_64"] == again["measures"]["at_64"]       # kept for the next run
 
@@ -95,7 +98,13 @@ def test_a_finished_row_whose_checkpoint_is_gone_is_retrained_alone_when_reopene
     retrained = again(reopen=True)
     assert not retrained["cached"] and retrained["final"] == record["final"]   # CPU training repeats exactly
     assert f"row {ROW!r} is finished but its checkpoint cannot be reopened" in capsys.readouterr().err
-    assert rows.load_model(retrained, folder) is not None and again(reopen=True)["cached"]
+    model = rows.load_model(retrained, folder)                # the retrained row's own weights, reopened
+    engine, state = rows.restore_state(retrained, folder)
+    assert float(engine.perplexity(state, val)[0]) == retrained["final"]["val_ppl"][0]
+    model.eval()
+    x = val[:64].reshape(2, 32)
+    np.testing.assert_allclose(np.asarray(model(x)), np.asarray(engine.logits(state, x)), atol=1e-5)
+    assert again(reopen=True)["cached"]
 
 
 @pytest.mark.parametrize("damage", ["truncate", "not_json", "foreign", "figure_changed"])

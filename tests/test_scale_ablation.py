@@ -19,6 +19,7 @@ def run(smoke_run):
     return smoke_run(sa, "--rows", "d32,d1024", "--seeds", "2")
 
 
+@pytest.mark.slow
 def test_rows_columns_claims_and_per_seed_verdicts(run):
     code, stdout, folder, results = run
     assert code == 0, stdout
@@ -60,6 +61,7 @@ def test_rows_columns_claims_and_per_seed_verdicts(run):
         assert (folder / png).read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
 
 
+@pytest.mark.slow
 def test_before_and_after_statistics_are_sane(run):
     rows = run[3]["rows"]
     for r in rows:

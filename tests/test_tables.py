@@ -25,6 +25,7 @@ def run(tmp_path, *args):
     return code, out.getvalue(), err.getvalue()
 
 
+@pytest.mark.slow
 def test_a_table_trains_on_your_own_text(tmp_path):
     text = tmp_path / "my text.txt"
     text.write_text(SEED_TEXT.read_text(encoding="utf-8") * 3, encoding="utf-8")   # ~60 KB of English
@@ -60,6 +61,7 @@ def test_a_file_that_cannot_be_a_corpus_is_one_line_and_exit_2(tmp_path, content
     assert not (tmp_path / "out" / "ladder" / "rows").exists()      # nothing trained, nothing cached
 
 
+@pytest.mark.slow
 def test_only_the_smoke_preset_reads_a_slice_of_the_held_out_split(tmp_path, corpus_folder):
     """The harness turns the preset into a value (held_out_tokens); the table reads that, not the preset's name."""
     from attention_jax.data import load_tokens, resolve_corpus, train_val_split

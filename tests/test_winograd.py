@@ -36,6 +36,7 @@ def runs(tmp_path_factory):
     return done
 
 
+@pytest.mark.slow
 def test_smoke_writes_rows_columns_claims_and_pngs(runs):
     run, folder = runs["first"], runs["folder"]
     assert run["code"] == 0, run["stdout"]
@@ -66,6 +67,7 @@ def test_smoke_writes_rows_columns_claims_and_pngs(runs):
     assert sorted(run["results"]["figures"]) == ["accuracy.png", "attention_pair.png", "block2_adjectives.png"]
 
 
+@pytest.mark.slow
 def test_attention_demo_figures_have_the_right_shape(runs):
     att = runs["first"]["results"]["attention"]
     demo = att["seed0"]
@@ -84,6 +86,7 @@ def test_attention_demo_figures_have_the_right_shape(runs):
     assert "Block 2 at the referent across all 8 adjectives" in table and "book block 2, wet" in table
 
 
+@pytest.mark.slow
 def test_same_command_again_trains_nothing(runs):
     first, again = runs["first"], runs["again"]
     assert again["code"] == 0, again["stdout"]
@@ -182,6 +185,7 @@ def test_leaky_rows_need_kinds_and_data_flags_are_refused(tmp_path, capsys):
     assert code == 2 and "--nouns" in capsys.readouterr().err
 
 
+@pytest.mark.slow
 def test_own_word_lists_drive_the_rows(tmp_path):
     """--nouns/--adjectives change the vocabulary, the split and the row key; no book figures then."""
     nouns, adjectives = tmp_path / "nouns.txt", tmp_path / "adj.txt"

@@ -1,63 +1,34 @@
-"""Data layer: corpus resolution and checks, BPE cache, batches and eval windows.
+"""attention_jax.data.corpus: where the corpus comes from (argument, environment, cache, download),
+its hash checked, downloads verified before they land and bounded in time and size, and the
+cache folder's precedence.
 
-A small synthetic corpus (its hash patched in as the expected one) keeps this fast; only
-the token count needs the real file. The cache always lives in tmp_path, never in $HOME.
+A small synthetic corpus (helpers.SMALL, its hash patched in as the expected one) keeps this
+fast. The cache always lives in tmp_path, never in $HOME; the network is refused unless a test
+serves the file itself on 127.0.0.1.
 """
 
 import contextlib
 import hashlib
 import http.server
 import io
-import os
 import pathlib
 import threading
 import time
-import urllib.error
-import urllib.request
 
-import numpy as np
 import pytest
 
 import attention_jax.data as data
 from attention_jax.data import corpus as corpus_mod
-from attention_jax.data import tokenizer as tok_mod
 from attention_jax.errors import DataError
 
-# Read before any fixture edits the environment; CI sets a path relative to the repo.
-_REPO = pathlib.Path(__file__).resolve().parents[1]
-_CANDIDATES = [_REPO / os.environ.get("ATTENTION_JAX_DATA", "."), _REPO.parent / "shared" / "data"]
-REAL = next((p / data.CORPUS_NAME for p in _CANDIDATES if (p / data.CORPUS_NAME).is_file()), None)
-
-# The real urlopen, saved before the autouse fixture replaces it with one that refuses.
-_REAL_URLOPEN = urllib.request.urlopen
-
-WORDS = "to be or not that is the question whether tis nobler in mind suffer slings".split()
-SMALL = "\n".join(" ".join(WORDS[(i * 7 + j * 3) % len(WORDS)] for j in range(9)) for i in range(400)) + "\n"
-SMALL_SHA = hashlib.sha256(SMALL.encode()).hexdigest()
+from helpers import REAL_URLOPEN as _REAL_URLOPEN, SMALL, SMALL_SHA, isolate_data, put
 
 
 @pytest.fixture(autouse=True)
 def isolated(tmp_path, monkeypatch):
     """Fresh cache, no data env var, the synthetic corpus's hash expected, no network."""
-    monkeypatch.setenv("ATTENTION_JAX_CACHE", str(tmp_path / "cache"))
-    monkeypatch.delenv("ATTENTION_JAX_DATA", raising=False)
-    monkeypatch.setattr(corpus_mod, "CORPUS_SHA256", SMALL_SHA)
-    monkeypatch.setattr(corpus_mod.urllib.request, "urlopen", refuse(urllib.error.URLError("unreachable")))
+    isolate_data(tmp_path, monkeypatch)
     return tmp_path
-
-
-def refuse(exc: Exception):
-    """A stand-in that fails if called: for the network, and for the BPE trainer."""
-    def raiser(*args, **kwargs):
-        raise exc
-    return raiser
-
-
-def put(folder: pathlib.Path, text: str = SMALL) -> pathlib.Path:
-    folder.mkdir(parents=True, exist_ok=True)
-    path = folder / data.CORPUS_NAME
-    path.write_text(text, encoding="utf-8")
-    return path
 
 
 def assert_three_ways(err: DataError, cache_path: pathlib.Path) -> None:
@@ -221,59 +192,3 @@ def test_cache_dir_precedence(tmp_path, monkeypatch):
     monkeypatch.delenv("XDG_CACHE_HOME")
     monkeypatch.setenv("HOME", str(tmp_path / "home"))
     assert data.cache_dir() == tmp_path / "home" / ".cache" / "attention_jax"
-
-
-def test_tokens_are_cached_and_reused(tmp_path, monkeypatch, capsys):
-    path, trainer = put(tmp_path / "c"), tok_mod._train
-    first = data.load_tokens(path, vocab_size=300)
-    assert first.dtype == np.int32 and first.ndim == 1 and "[trained]" in capsys.readouterr().out
-    monkeypatch.setattr(tok_mod, "_train", refuse(AssertionError("the cache should have been used")))
-    np.testing.assert_array_equal(first, again := data.load_tokens(path, vocab_size=300))
-    line = capsys.readouterr().out.strip()
-    assert line.startswith(f"corpus: {len(SMALL):,} chars -> {len(first):,} tokens") and line.endswith("[cached]")
-    assert data.load_tokenizer(path, vocab_size=300).decode(again.tolist()) == SMALL
-    monkeypatch.setattr(tok_mod, "_train", trainer)  # corrupt files must be rebuilt by training
-    folder = next(data.cache_dir().glob("bpe-*-v300"))
-    (folder / "tokenizer.json").write_text("{ truncated")
-    (folder / "tokens.npy").write_bytes(b"\x93NUMPY garbage")
-    np.testing.assert_array_equal(data.load_tokens(path, vocab_size=300, verbose=False), first)
-    assert sorted(p.name for p in folder.iterdir()) == ["manifest.json", "tokenizer.json", "tokens.npy"]  # no temp
-    # Another valid tokens file (a shorter, different one) is not this cache's own: re-encoded, not trusted.
-    np.save(folder / "tokens.npy", first[: len(first) // 2][::-1].copy())
-    np.testing.assert_array_equal(data.load_tokens(path, vocab_size=300, verbose=False), first)
-    assert "is damaged or not this cache's own; rebuilding it" in capsys.readouterr().err
-
-
-@pytest.mark.skipif(REAL is None, reason="real corpus not available")
-def test_real_corpus_token_count(tmp_path, monkeypatch, capsys):
-    monkeypatch.setattr(corpus_mod, "CORPUS_SHA256", data.CORPUS_SHA256)
-    ids = data.load_tokens(data.resolve_corpus(REAL), vocab_size=1024, cache=tmp_path / "tok")
-    assert len(ids) == 459_792 and ids.max() < 1024
-    assert "1,115,394 chars -> 459,792 tokens (2.43 chars/token), BPE vocab 1024" in capsys.readouterr().out
-
-
-def test_split_and_batches_are_deterministic():
-    tokens = np.arange(1000, dtype=np.int32)
-    train, val = data.train_val_split(tokens)
-    assert len(train) == 900 and train[-1] + 1 == val[0] and len(val) == 100
-    x, y = data.get_batch(train, seed=3, step=7, batch_size=8, context=16)
-    assert x.shape == y.shape == (8, 16) and x.dtype == y.dtype == np.int32
-    np.testing.assert_array_equal(y[:, :-1], x[:, 1:])
-    np.testing.assert_array_equal(y[:, -1], x[:, -1] + 1)  # y is the next token
-    np.testing.assert_array_equal(x, data.get_batch(train, seed=3, step=7, batch_size=8, context=16)[0])
-    assert not np.array_equal(x, data.get_batch(train, seed=3, step=8, batch_size=8, context=16)[0])
-    assert not np.array_equal(x, data.get_batch(train, seed=4, step=7, batch_size=8, context=16)[0])
-    with pytest.raises(DataError):
-        data.get_batch(tokens[:10], seed=0, step=0, batch_size=2, context=10)
-
-
-def test_eval_windows_tile_without_overlap():
-    tokens = np.arange(1003, dtype=np.int32)
-    x, y = data.eval_windows(tokens, 100)
-    assert x.shape == y.shape == (10, 100)
-    np.testing.assert_array_equal(x.ravel(), tokens[:1000])  # contiguous, no overlap, no gap
-    np.testing.assert_array_equal(y.ravel(), tokens[1:1001])
-    sx, sy = data.eval_windows(tokens, 100, max_windows=4)
-    np.testing.assert_array_equal(sx[:, 0], [0, 200, 500, 700])  # evenly spaced, distinct
-    np.testing.assert_array_equal(sy, sx + 1)
-    np.testing.assert_array_equal(data.eval_windows(tokens, 100, max_windows=50)[0], x)

@@ -1,5 +1,8 @@
-"""More than one process: two CPU processes (one device each, a loopback coordinator) train exactly as
-one process with two devices; only process 0 writes files; orbax saves and restores across them."""
+"""attention_jax.train.distributed. In one process (fast): nothing to join without a coordinator,
+this process writes, host data placed and read back whole. More than one process (slow): two CPU
+processes (one device each, a loopback coordinator) train exactly as one process with two
+devices; only process 0 writes files; orbax saves and restores across them; a preemption notice
+saves one agreed step."""
 
 import json
 import os
@@ -8,10 +11,52 @@ import socket
 import subprocess
 import sys
 
+import jax
+import jax.numpy as jnp
 import numpy as np
 import pytest
 
+from attention_jax.train import distributed
+
 REPO = pathlib.Path(__file__).resolve().parents[1]
+
+# -- one process ----------------------------------------------------------------------------
+
+def test_without_a_coordinator_there_is_nothing_to_join(monkeypatch):
+    started = []
+    monkeypatch.setattr(jax.distributed, "initialize", lambda *a, **kw: started.append((a, kw)))
+    assert distributed.initialize() is False and started == []
+    assert distributed.initialize(None, 2, 1) is False and started == []     # a count alone names no one to join
+
+
+def test_the_coordinator_and_the_counts_are_handed_to_jax_as_given(monkeypatch):
+    started, updated = [], []
+    monkeypatch.setattr(jax.distributed, "initialize", lambda *a, **kw: started.append((a, kw)))
+    monkeypatch.setattr(jax.config, "update", lambda *a: updated.append(a))   # leave this process's settings alone
+    assert distributed.initialize("127.0.0.1:9", 2, 1) is True
+    assert started == [(("127.0.0.1:9",), {"num_processes": 2, "process_id": 1})]
+    assert updated == [("jax_cpu_collectives_implementation", "gloo")]       # CPU processes talk over TCP
+    assert distributed.initialize(auto=True) is True and started[-1] == ((), {})   # JAX finds all three
+
+
+def test_one_process_writes_and_reads_its_arrays_back_whole():
+    assert jax.process_count() == 1 and distributed.is_writer()
+    host = np.arange(12, dtype=np.float32).reshape(4, 3)
+    sharding = jax.sharding.SingleDeviceSharding(jax.devices()[0])
+    placed = distributed.put(host, sharding)
+    assert isinstance(placed, jax.Array) and placed.sharding == sharding
+    tree = {"a": placed, "b": [jnp.int32(3)], "key": jax.random.key(1)}
+    back = distributed.to_host({"a": tree["a"], "b": tree["b"]})
+    assert type(back["a"]) is np.ndarray and type(back["b"][0]) is np.ndarray
+    np.testing.assert_array_equal(back["a"], host)
+    mine = distributed.local(tree)
+    np.testing.assert_array_equal(mine["a"], host)
+    assert jnp.issubdtype(mine["key"].dtype, jax.dtypes.prng_key)        # PRNG keys stay keys
+    np.testing.assert_array_equal(jax.random.key_data(mine["key"]), jax.random.key_data(jax.random.key(1)))
+    distributed.barrier("alone")                                          # one process: returns at once
+
+
+# -- more than one process -----------------------------------------------------------------
 
 SCRIPT = """
 import json, sys
@@ -80,6 +125,7 @@ def runs(tmp_path_factory):
     return got
 
 
+@pytest.mark.slow
 def test_two_processes_train_like_one_process_with_two_devices(runs):
     one, two = runs["single"], runs["multi"]
     assert (one["processes"], one["devices"]) == (1, 2) and (two["processes"], two["devices"]) == (2, 2)
@@ -90,6 +136,7 @@ def test_two_processes_train_like_one_process_with_two_devices(runs):
     np.testing.assert_allclose(two["final"]["val_ppl"], one["final"]["val_ppl"], rtol=1e-5)
 
 
+@pytest.mark.slow
 def test_two_processes_run_several_steps_per_call_like_one(runs):
     """Two steps in one compiled call (`fit` on a GPU/TPU), the batches' step axis over two processes."""
     one, two = runs["single"], runs["multi"]
@@ -99,6 +146,7 @@ def test_two_processes_run_several_steps_per_call_like_one(runs):
         np.testing.assert_allclose(run["scanned"]["final"]["val_ppl"], one["final"]["val_ppl"], rtol=1e-5)
 
 
+@pytest.mark.slow
 def test_only_process_0_writes_and_checkpoints_restore_across_processes(runs):
     two = runs["multi"]
     assert two["printed"] == 1
@@ -145,6 +193,7 @@ print("RESULT " + json.dumps(out), flush=True)
 """
 
 
+@pytest.mark.slow
 def test_a_preemption_notice_saves_one_agreed_step_on_every_process_and_stops(tmp_path):
     """SIGTERM to one of two processes (as a scheduler sends it), four steps per call: JAX's
     runtime tells both; both save the same step, at the end of a call, stop, and resume there."""

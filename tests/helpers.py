@@ -1,0 +1,116 @@
+"""What several test files share: the smoke-sized training setup (test_train_engine, _loop,
+_checkpoints) and the synthetic corpus of the data tests (test_data_corpus, _tokenizer).
+
+Not a test file: plain functions and constants, imported as `helpers` (pytest puts tests/ on
+sys.path). Fixtures stay in the files that use them, or in conftest.py.
+"""
+from __future__ import annotations
+
+import hashlib
+import pathlib
+import urllib.request
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+from attention_jax.config import ModelConfig, TrainConfig
+from attention_jax.data import CORPUS_NAME
+from attention_jax.train import Engine, fit, text_task
+
+# -- training: a 1-block model of width 32 on random tokens --------------------------------
+
+V, T = 64, 16
+MC = ModelConfig(vocab_size=V, context=T, d_model=32, n_heads=2)
+
+TC = TrainConfig(steps=8, batch_size=8, lr=1e-2, checkpoint_every=3, log_every=2,
+                 train_eval_windows=16, eval_batch=16)
+_rng = np.random.default_rng(0)
+TRAIN = _rng.integers(0, V, 4096).astype(np.int32)
+VAL = _rng.integers(0, V, 40 * T + 1).astype(np.int32)   # 40 windows: 16 + 16 + a ragged 8
+
+
+def engines():
+    """engine(model_config, n_seeds) -> one compiled Engine per pair, kept by the caller (a module fixture)."""
+    made = {}
+
+    def get(model_config: ModelConfig = MC, n_seeds: int = 1):
+        if (model_config, n_seeds) not in made:
+            made[model_config, n_seeds] = Engine(model_config, TC, n_seeds=n_seeds)
+        return made[model_config, n_seeds]
+    return get
+
+
+def task(tc=TC):
+    return text_task(TRAIN, VAL, batch_size=tc.batch_size, context=T, train_eval_windows=tc.train_eval_windows)
+
+
+def run(model_config=MC, train_config=TC, *, engine=None, seeds=(0,), **kw):
+    engine = engine or Engine(model_config, train_config, n_seeds=len(seeds))
+    return fit(engine, task(train_config), seeds=seeds, progress=False, **kw)
+
+
+def batch(eng, seeds=(0,), step=0):
+    return eng.shard([task().sample(s, step) for s in seeds])
+
+
+def leaves(state) -> list[tuple[str, np.ndarray]]:
+    """(path, array) for every leaf; typed PRNG keys as their raw key data."""
+    out = []
+    for path, a in jax.tree_util.tree_leaves_with_path(state):
+        if jnp.issubdtype(a.dtype, jax.dtypes.prng_key):
+            a = jax.random.key_data(a)
+        out.append((jax.tree_util.keystr(path), np.asarray(a)))
+    return out
+
+
+def assert_same_state(got, want):
+    got, want = leaves(got), leaves(want)
+    assert [p for p, _ in got] == [p for p, _ in want]
+    for (path, a), (_, b) in zip(got, want):
+        np.testing.assert_array_equal(a, b, err_msg=path)
+
+
+def one_line(err: Exception) -> str:
+    message = str(err)
+    assert "\n" not in message, message  # the CLI prints it alone
+    return message
+
+
+def saved_steps(workdir: pathlib.Path) -> list[int]:
+    """The steps orbax holds in workdir/checkpoints, ascending."""
+    return sorted(int(p.name) for p in (workdir / "checkpoints").iterdir() if p.name.isdigit())
+
+
+# -- data: a small synthetic corpus, its hash patched in as the expected one -----------------
+
+WORDS = "to be or not that is the question whether tis nobler in mind suffer slings".split()
+SMALL = "\n".join(" ".join(WORDS[(i * 7 + j * 3) % len(WORDS)] for j in range(9)) for i in range(400)) + "\n"
+SMALL_SHA = hashlib.sha256(SMALL.encode()).hexdigest()
+
+# The real urlopen, saved before any fixture replaces it with one that refuses.
+REAL_URLOPEN = urllib.request.urlopen
+
+
+def refuse(exc: Exception):
+    """A stand-in that fails if called: for the network, and for the BPE trainer."""
+    def raiser(*args, **kwargs):
+        raise exc
+    return raiser
+
+
+def put(folder: pathlib.Path, text: str = SMALL) -> pathlib.Path:
+    folder.mkdir(parents=True, exist_ok=True)
+    path = folder / CORPUS_NAME
+    path.write_text(text, encoding="utf-8")
+    return path
+
+
+def isolate_data(tmp_path: pathlib.Path, monkeypatch) -> None:
+    """Fresh cache, no data env var, the synthetic corpus's hash expected, no network."""
+    import urllib.error
+    from attention_jax.data import corpus as corpus_mod
+    monkeypatch.setenv("ATTENTION_JAX_CACHE", str(tmp_path / "cache"))
+    monkeypatch.delenv("ATTENTION_JAX_DATA", raising=False)
+    monkeypatch.setattr(corpus_mod, "CORPUS_SHA256", SMALL_SHA)
+    monkeypatch.setattr(corpus_mod.urllib.request, "urlopen", refuse(urllib.error.URLError("unreachable")))

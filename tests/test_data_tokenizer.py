@@ -1,0 +1,60 @@
+"""attention_jax.data.tokenizer: the BPE trained once and cached beside its tokens, reused, and
+rebuilt when a cached file is damaged or not its own; the real corpus's token count.
+
+A small synthetic corpus (helpers.SMALL, its hash patched in as the expected one) keeps this
+fast; only the token count needs the real file. The cache always lives in tmp_path.
+"""
+
+import os
+import pathlib
+
+import numpy as np
+import pytest
+
+import attention_jax.data as data
+from attention_jax.data import corpus as corpus_mod
+from attention_jax.data import tokenizer as tok_mod
+
+from helpers import SMALL, isolate_data, put, refuse
+
+# Read before any fixture edits the environment; CI sets a path relative to the repo.
+_REPO = pathlib.Path(__file__).resolve().parents[1]
+_CANDIDATES = [_REPO / os.environ.get("ATTENTION_JAX_DATA", "."), _REPO.parent / "shared" / "data"]
+REAL = next((p / data.CORPUS_NAME for p in _CANDIDATES if (p / data.CORPUS_NAME).is_file()), None)
+
+
+@pytest.fixture(autouse=True)
+def isolated(tmp_path, monkeypatch):
+    """Fresh cache, no data env var, the synthetic corpus's hash expected, no network."""
+    isolate_data(tmp_path, monkeypatch)
+    return tmp_path
+
+
+def test_tokens_are_cached_and_reused(tmp_path, monkeypatch, capsys):
+    path, trainer = put(tmp_path / "c"), tok_mod._train
+    first = data.load_tokens(path, vocab_size=300)
+    assert first.dtype == np.int32 and first.ndim == 1 and "[trained]" in capsys.readouterr().out
+    monkeypatch.setattr(tok_mod, "_train", refuse(AssertionError("the cache should have been used")))
+    np.testing.assert_array_equal(first, again := data.load_tokens(path, vocab_size=300))
+    line = capsys.readouterr().out.strip()
+    assert line.startswith(f"corpus: {len(SMALL):,} chars -> {len(first):,} tokens") and line.endswith("[cached]")
+    assert data.load_tokenizer(path, vocab_size=300).decode(again.tolist()) == SMALL
+    monkeypatch.setattr(tok_mod, "_train", trainer)  # corrupt files must be rebuilt by training
+    folder = next(data.cache_dir().glob("bpe-*-v300"))
+    (folder / "tokenizer.json").write_text("{ truncated")
+    (folder / "tokens.npy").write_bytes(b"\x93NUMPY garbage")
+    np.testing.assert_array_equal(data.load_tokens(path, vocab_size=300, verbose=False), first)
+    assert sorted(p.name for p in folder.iterdir()) == ["manifest.json", "tokenizer.json", "tokens.npy"]  # no temp
+    # Another valid tokens file (a shorter, different one) is not this cache's own: re-encoded, not trusted.
+    np.save(folder / "tokens.npy", first[: len(first) // 2][::-1].copy())
+    np.testing.assert_array_equal(data.load_tokens(path, vocab_size=300, verbose=False), first)
+    assert "is damaged or not this cache's own; rebuilding it" in capsys.readouterr().err
+
+
+@pytest.mark.slow
+@pytest.mark.skipif(REAL is None, reason="real corpus not available")
+def test_real_corpus_token_count(tmp_path, monkeypatch, capsys):
+    monkeypatch.setattr(corpus_mod, "CORPUS_SHA256", data.CORPUS_SHA256)
+    ids = data.load_tokens(data.resolve_corpus(REAL), vocab_size=1024, cache=tmp_path / "tok")
+    assert len(ids) == 459_792 and ids.max() < 1024
+    assert "1,115,394 chars -> 459,792 tokens (2.43 chars/token), BPE vocab 1024" in capsys.readouterr().out
