@@ -175,13 +175,15 @@ def alibi_slopes(n_heads: int) -> jax.Array:
     return jnp.asarray(slopes, jnp.float32)
 
 
-def alibi_bias(n_heads: int, n: int) -> jax.Array:
-    """[n_heads, n, n]: -slope·(t - i) for i <= t, a penalty linear in distance.
+def alibi_bias(n_heads: int, n: int, queries: jax.Array | None = None) -> jax.Array:
+    """[n_heads, queries, n]: -slope·(t - i) for key i <= query t, a penalty linear in distance.
 
+    `queries`: the queries' positions (default 0 .. n-1; decoding asks for the newest only).
     Above the diagonal the value is -slope·|t - i| (the causal mask hides it anyway).
     """
     pos = jnp.arange(n)
-    distance = jnp.abs(pos[:, None] - pos[None, :]).astype(jnp.float32)
+    at = pos if queries is None else jnp.asarray(queries)
+    distance = jnp.abs(at[:, None] - pos[None, :]).astype(jnp.float32)
     return -alibi_slopes(n_heads)[:, None, None] * distance
 
 

@@ -3,13 +3,12 @@
     ids = generate(model, tokenizer.encode("ROMEO:").ids, 100, key=jax.random.key(0), temperature=0.8)
     print(tokenizer.decode(ids))
 
-One compiled program per (model structure, prompt length, number of tokens): a `lax.scan`
-over the new tokens. Each step feeds the model a window of exactly `context` tokens: while
-the text is shorter, the text so far left-aligned and padded on the right (under the causal
-mask no position that is read sees the padding), then its last `context` tokens; the logits
-are read at the last real position. There is no key/value cache: every step recomputes its
-window, O(context) work a token, which the chapter's small models afford and which leaves the
-model's code as the chapter writes it.
+One compiled program per (model structure, prompt shape, number of tokens). By default the
+prompt goes through the model once (prefill, `LanguageModel.init_cache`), then each new
+token alone, reading the keys and values the cache keeps: O(T) work a token, up to the
+model's context. `cache=False` is the reference it is tested against: each step feeds the
+model a whole window of `context` tokens (the text so far padded on the right, which the
+causal mask hides, or its last `context` tokens), so it also writes past the context.
 """
 from __future__ import annotations
 
@@ -37,33 +36,64 @@ def next_token(logits, key, temperature, *, greedy: bool = False, top_k: int | N
     return jax.random.categorical(key, logits / temperature).astype(jnp.int32)
 
 
+def _draw(logits, key, temperature, greedy, top_k):
+    """One id per row of logits [B, V]: key, sub = split(key); each row draws with its own part of sub."""
+    key, sub = jax.random.split(key)
+    keys = sub[None] if len(logits) == 1 else jax.random.split(sub, len(logits))   # one row: a 1-D prompt's draws
+    draw = jax.vmap(lambda row, k: next_token(row, k, temperature, greedy=greedy, top_k=top_k))
+    return draw(logits, keys), key
+
+
 @functools.partial(jax.jit, static_argnames=("graphdef", "prompt_len", "n", "greedy", "top_k"))
-def _generate(graphdef, state, buf, key, temperature, *, prompt_len: int, n: int, greedy: bool, top_k):
+def _windows(graphdef, state, buf, key, temperature, *, prompt_len: int, n: int, greedy: bool, top_k):
+    """Uncached: every step runs the model on a whole window of `context` tokens."""
     model = nnx.merge(graphdef, state)
     model.eval()                           # the merged copy: dropout off, the caller's model untouched
     B, T = buf.shape[0], model.config.context
-    draw = jax.vmap(lambda logits, key: next_token(logits, key, temperature, greedy=greedy, top_k=top_k))
 
     def step(carry, i):
         buf, key = carry
         length = prompt_len + i            # tokens so far
         begin = jnp.maximum(length - T, 0)
         window = jax.lax.dynamic_slice(buf, (0, begin), (B, T))
-        logits = model(window)[:, length - 1 - begin]
-        key, sub = jax.random.split(key)
-        keys = sub[None] if B == 1 else jax.random.split(sub, B)   # one row: the draws of a 1-D prompt
-        return (buf.at[:, length].set(draw(logits, keys)), key), None
+        token, key = _draw(model(window)[:, length - 1 - begin], key, temperature, greedy, top_k)
+        return (buf.at[:, length].set(token), key), None
 
     (buf, _), _ = jax.lax.scan(step, (buf, key), jnp.arange(n))
     return buf
 
 
-def generate(model, prompt, n: int, *, key=None, temperature: float = 1.0, top_k: int | None = None) -> np.ndarray:
+@functools.partial(jax.jit, static_argnames=("graphdef", "n", "greedy", "top_k"))
+def _cached(graphdef, state, prompt, key, temperature, *, n: int, greedy: bool, top_k):
+    """Cached: the prompt in one call (prefill), then one position a step, its keys and values kept."""
+    model = nnx.merge(graphdef, state)
+    model.eval()
+    B, P = prompt.shape
+    model.init_cache(B, P + n - 1)         # the prompt and every new token but the last are fed back
+    logits = model(prompt)[:, -1]
+    cached, state = nnx.split(model)
+
+    def step(carry, _):
+        state, logits, key = carry
+        token, key = _draw(logits, key, temperature, greedy, top_k)
+        model = nnx.merge(cached, state)
+        logits = model(token[:, None])[:, -1]
+        return (nnx.state(model), logits, key), token
+
+    (_, logits, key), tokens = jax.lax.scan(step, (state, logits, key), None, length=n - 1)
+    last, _ = _draw(logits, key, temperature, greedy, top_k)
+    return jnp.concatenate([prompt, tokens.T, last[:, None]], axis=1)
+
+
+def generate(model, prompt, n: int, *, key=None, temperature: float = 1.0, top_k: int | None = None,
+             cache: bool = True) -> np.ndarray:
     """The prompt's ids followed by `n` generated ones, as an int32 array.
 
     `prompt`: ids [P], or [B, P] for B prompts of one length, answered together ([B, P + n]).
     `temperature` 0 is greedy decoding (no key needed); otherwise `key` (a `jax.random.key`)
     makes the draw, the same key the same text. `top_k`: draw among the k most likely ids only.
+    `cache`: keep each position's keys and values (O(T) work a token, within the context);
+    False runs a whole window a token, and slides it past the context.
     """
     prompt = np.asarray(prompt)
     vocab = model.config.vocab_size
@@ -85,11 +115,22 @@ def generate(model, prompt, n: int, *, key=None, temperature: float = 1.0, top_k
                           "at a time needs the causal mask; generate outside the ablation")
     rows = np.atleast_2d(prompt)
     P, T = rows.shape[1], model.config.context
-    buf = np.zeros((len(rows), max(T, P + n)), np.int32)
-    buf[:, :P] = rows
+    if cache and P + n - 1 > T:
+        raise ConfigError(f"a prompt of {P} ids and n={n} new ones put {P + n - 1} positions through the model, "
+                          f"past its context of {T}: the cache holds the context at most; generate(..., "
+                          "cache=False) slides a window of the context along the text")
+    if any(getattr(m, "cache", None) is not None for _, m in nnx.iter_modules(model)):
+        raise ConfigError("the model is decoding already (init_cache); call model.drop_cache() first")
     graphdef, state = nnx.split(model)
-    out = _generate(graphdef, state, jnp.asarray(buf), jax.random.key(0) if key is None else key,
-                    jnp.float32(temperature or 1.0), prompt_len=P, n=int(n), greedy=temperature == 0,
-                    top_k=None if top_k is None else int(top_k))
-    out = np.asarray(out[:, :P + n])
+    options = dict(n=int(n), greedy=temperature == 0, top_k=None if top_k is None else int(top_k))
+    key, temperature = jax.random.key(0) if key is None else key, jnp.float32(temperature or 1.0)
+    if n == 0:
+        out = rows
+    elif cache:
+        out = _cached(graphdef, state, jnp.asarray(rows, jnp.int32), key, temperature, **options)
+    else:
+        buf = np.zeros((len(rows), max(T, P + n)), np.int32)
+        buf[:, :P] = rows
+        out = _windows(graphdef, state, jnp.asarray(buf), key, temperature, prompt_len=P, **options)
+    out = np.asarray(out[:, :P + n], np.int32)
     return out[0] if prompt.ndim == 1 else out

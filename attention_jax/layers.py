@@ -98,6 +98,30 @@ class Bidirectional(CausalMask):
         return None
 
 
+class KVCache(nnx.Module):
+    """What a mixer has seen so far, for decoding one position at a time: its values (and keys)
+    at every position up to `max_len`, preallocated so that shapes stay fixed under jit, and how
+    many are written. `shape`: [B, H, max_len, D] for attention, [B, max_len, D] for the average."""
+
+    def __init__(self, shape: tuple[int, ...], dtype, *, keys: bool = True):
+        self.k = nnx.Cache(jnp.zeros(shape, dtype)) if keys else None
+        self.v = nnx.Cache(jnp.zeros(shape, dtype))
+        self.index = nnx.Cache(jnp.zeros((), jnp.int32))
+
+    def positions(self, t: int) -> jax.Array:
+        """Where the next t positions go."""
+        return self.index[...] + jnp.arange(t)
+
+    def append(self, v, k=None):
+        """Write t new positions; every value (and key) written so far, zeros past them: [..., max_len, D]."""
+        start = self.index[...]
+        self.v[...] = jax.lax.dynamic_update_slice_in_dim(self.v[...], v.astype(self.v.dtype), start, axis=-2)
+        if k is not None:
+            self.k[...] = jax.lax.dynamic_update_slice_in_dim(self.k[...], k.astype(self.k.dtype), start, axis=-2)
+        self.index[...] = start + v.shape[-2]
+        return self.v[...], None if k is None else self.k[...]
+
+
 def check_ids(tokens, vocab_size: int) -> None:
     """Refuse token ids outside [0, vocab_size) with one line, on concrete (host or eager) ids.
 

@@ -14,6 +14,7 @@ penzai way: select a part, replace it, put it back). The causal mask is a part t
 """
 from __future__ import annotations
 
+import jax
 import jax.numpy as jnp
 from flax import nnx
 
@@ -22,15 +23,24 @@ from attention_jax import functional as F
 from attention_jax.config import ModelConfig
 from attention_jax.errors import ConfigError
 from attention_jax.layers import (  # noqa: F401  (Hook, masks, check_ids: part of the model's API)
-    Bidirectional, CausalMask, Dense, Hook, LayerNorm, _dense, _compute_dtype, _dropout, _embed_init, check_ids)
+    Bidirectional, CausalMask, Dense, Hook, KVCache, LayerNorm, _dense, _compute_dtype, _dropout, _embed_init,
+    check_ids)
 
 # --- context mixers --------------------------------------------------------------------------
 
 class UniformAverage(nnx.Module):
     """Each position becomes the mean of its prefix: attention with every score equal."""
 
+    def __init__(self):
+        self.cache = nnx.data(None)     # a KVCache of the inputs seen so far, while decoding
+
     def __call__(self, x):
-        return jnp.einsum("TS,...SD->...TD", F.uniform_causal_weights(x.shape[-2]).astype(x.dtype), x)
+        if self.cache is None:
+            return jnp.einsum("TS,...SD->...TD", F.uniform_causal_weights(x.shape[-2]).astype(x.dtype), x)
+        pos = self.cache.positions(x.shape[-2])
+        seen, _ = self.cache.append(x)
+        w = (jnp.arange(seen.shape[-2])[None, :] <= pos[:, None]) / (pos[:, None] + 1.0)
+        return jnp.einsum("TS,...SD->...TD", w.astype(x.dtype), seen)
 
 
 class _Attention(nnx.Module):
@@ -41,23 +51,35 @@ class _Attention(nnx.Module):
     or weights to show (`inspect` switches a hooked block to the reference form, saying so).
     Hook points, each [B, H, T, ·]: q, k, v (after RoPE), scores (scaled, plus the ALiBi
     bias, before the mask), weights (after the softmax, before dropout), z (each head's output).
+
+    While decoding (`cache`, set by `LanguageModel.init_cache`) the new positions' keys and
+    values join the cache and their queries read every position written so far, by the
+    reference equation; scores and weights are then [B, H, T, max_len].
     """
 
     def _hooks(self):
         self.form = backends.resolve(self.config)
+        self.cache = nnx.data(None)
         self.mask = CausalMask()
         self.hook_q, self.hook_k, self.hook_v = Hook(), Hook(), Hook()
         self.hook_scores, self.hook_weights, self.hook_z = Hook(), Hook(), Hook()
 
     def _attend(self, q, k, v):                              # q, k, v: [B, H, T, D]
         cfg, T = self.config, q.shape[-2]
+        pos = None if self.cache is None else self.cache.positions(T)   # None: 0 .. T-1
         if cfg.positions == "rope":
-            q, k = F.apply_rope(q, base=cfg.rope_base), F.apply_rope(k, base=cfg.rope_base)
+            q, k = F.apply_rope(q, pos, base=cfg.rope_base), F.apply_rope(k, pos, base=cfg.rope_base)
         q, k, v = self.hook_q(q), self.hook_k(k), self.hook_v(v)
-        bias = F.alibi_bias(q.shape[-3], T) if cfg.positions == "alibi" else None
-        if self.form == "reference":
+        mask = None
+        if self.cache is not None:
+            if type(self.mask) is not CausalMask:
+                raise ConfigError(f"decoding reads the past only; a {type(self.mask).__name__} cannot decode")
+            v, k = self.cache.append(v, k)
+            mask = jnp.arange(k.shape[-2])[None, :] <= pos[:, None]          # [T, max_len]: what is written
+        bias = F.alibi_bias(q.shape[-3], k.shape[-2], pos) if cfg.positions == "alibi" else None
+        if self.form == "reference" or mask is not None:
             scores = self.hook_scores(F.attention_scores(q, k, scale=cfg.scale, bias=bias))
-            w = self.hook_weights(F.masked_softmax(scores, self.mask(T)))
+            w = self.hook_weights(F.masked_softmax(scores, self.mask(T) if mask is None else mask))
             out = F.mix(w if self.weight_dropout is None else self.weight_dropout(w), v)
         else:   # the faster forms know two masks only, by the flag `causal`
             if type(self.mask) not in (CausalMask, Bidirectional):
@@ -183,6 +205,7 @@ class LanguageModel(nnx.Module):
             _dense(config, rngs, d, config.vocab_size, bias=config.bias)
         self.hook_embed, self.hook_positions, self.hook_final = Hook(), Hook(), Hook()
         self.hook_ln_final, self.hook_logits = Hook(), Hook()
+        self.cache_index, self.cache_len = nnx.data(None), 0     # while decoding: where the next position goes
 
     def embed(self, tokens):
         """Token ids [B, T] -> the residual stream's start [B, T, D]: token vectors plus positions."""
@@ -191,14 +214,21 @@ class LanguageModel(nnx.Module):
         dtype = _compute_dtype(cfg)
         x = self.token_embed(tokens)
         x = self.hook_embed(x if dtype is None else x.astype(dtype))
+        rows = T if self.cache_index is None else self.cache_len
         if cfg.positions == "learned":
-            if T > cfg.position_rows:
-                raise ConfigError(f"{T} tokens exceed the learned position table ({cfg.position_rows} rows); "
+            if rows > cfg.position_rows:
+                raise ConfigError(f"{rows} positions exceed the learned position table ({cfg.position_rows} rows); "
                                   "raise max_positions")
-            x = x + self.hook_positions(self.position_embed.embedding[:T].astype(x.dtype))
+            x = x + self.hook_positions(self._at(self.position_embed.embedding[:rows], T).astype(x.dtype))
         elif cfg.positions == "sinusoidal":
-            x = x + self.hook_positions(F.sinusoidal_positions(T, cfg.d_model).astype(x.dtype))
+            x = x + self.hook_positions(self._at(F.sinusoidal_positions(rows, cfg.d_model), T).astype(x.dtype))
         return x if self.drop is None else self.drop(x)
+
+    def _at(self, table, T: int):
+        """The T rows of a position table where the text is: from 0, or from where decoding stands."""
+        if self.cache_index is None:
+            return table
+        return jax.lax.dynamic_slice_in_dim(table, self.cache_index[...], T)
 
     def unembed(self, x):
         """The residual stream [B, T, D] -> logits [B, T, V]: final norm (pre-norm models), output layer."""
@@ -213,4 +243,29 @@ class LanguageModel(nnx.Module):
         x = self.embed(tokens)
         for block in self.blocks:
             x = block(x)
+        if self.cache_index is not None:
+            self.cache_index[...] += tokens.shape[-1]
         return self.unembed(x)
+
+    # --- decoding: positions seen once, kept in a cache ---------------------------------------
+    def init_cache(self, batch: int, max_len: int | None = None) -> None:
+        """Preallocate every mixer's cache for `batch` texts of up to `max_len` positions (default the
+        context): each call then reads the next positions, from where the last one stopped."""
+        cfg, max_len = self.config, max_len or self.config.context
+        if cfg.positions == "learned" and max_len > cfg.position_rows:
+            raise ConfigError(f"a cache of {max_len} positions passes the learned position table "
+                              f"({cfg.position_rows} rows); decode at most {cfg.position_rows}")
+        dtype = _compute_dtype(cfg) or jnp.float32
+        for block in self.blocks:
+            if isinstance(block.mixer, _Attention):
+                block.mixer.cache = KVCache((batch, cfg.num_heads, max_len, cfg.head_dim), dtype)
+            elif isinstance(block.mixer, UniformAverage):
+                block.mixer.cache = KVCache((batch, max_len, cfg.d_model), dtype, keys=False)
+        self.cache_index, self.cache_len = nnx.Cache(jnp.zeros((), jnp.int32)), max_len
+
+    def drop_cache(self) -> None:
+        """Back to whole windows: every position from 0 again."""
+        for block in self.blocks:
+            if block.mixer is not None:
+                block.mixer.cache = None
+        self.cache_index, self.cache_len = None, 0

@@ -18,7 +18,7 @@ from experiments.harness import cli, report
 
 # The chapter's order: averaging, scaling, the ladder, positions, √d, norms, cost, the toy, the lecture.
 EXPERIMENTS = ["averaging", "scaling", "params", "parity", "ladder", "positions", "scale_ablation", "norms",
-               "complexity", "winograd", "inside_tiny_gpt", "throughput"]
+               "complexity", "winograd", "inside_tiny_gpt", "throughput", "generation"]
 TRAINING = {"ladder", "positions", "scale_ablation", "norms", "winograd", "inside_tiny_gpt"}
 CORPUS_TABLES = {"ladder", "positions", "scale_ablation", "norms"}     # trained on tiny-shakespeare (or --corpus)
 

@@ -136,3 +136,17 @@ def test_check_ids_costs_nothing_inside_a_compiled_function():
     """Traced ids cannot be checked (nor refused): the engine checks batches on the host."""
     f = jax.jit(lambda t: (check_ids(t, 5), t + 1)[1])
     np.testing.assert_array_equal(f(jnp.array([7, 9])), [8, 10])
+
+
+def test_a_kv_cache_writes_where_it_stands_and_returns_everything_so_far():
+    from attention_jax.layers import KVCache
+    cache = KVCache((1, 2, 6, 3), jnp.float32)
+    np.testing.assert_array_equal(cache.positions(2), [0, 1])
+    v, k = cache.append(jnp.ones((1, 2, 2, 3)), 2 * jnp.ones((1, 2, 2, 3)))
+    np.testing.assert_array_equal(cache.positions(1), [2])
+    v, k = cache.append(3 * jnp.ones((1, 2, 1, 3)), 4 * jnp.ones((1, 2, 1, 3)))
+    np.testing.assert_array_equal(v[0, 0, :, 0], [1, 1, 3, 0, 0, 0])            # zeros past what is written
+    np.testing.assert_array_equal(k[0, 1, :, 2], [2, 2, 4, 0, 0, 0])
+    values_only = KVCache((1, 4, 3), jnp.float32, keys=False)
+    v, k = values_only.append(jnp.ones((1, 2, 3)))
+    assert k is None and int(values_only.index[...]) == 2

@@ -1,0 +1,144 @@
+"""Writing text, cached and uncached: the milliseconds a token costs at every position.
+
+`python -m experiments.generation` decodes greedily from a prompt of 16 tokens with random
+weights, for the ladder's one-block model and for a model of GPT-2 small's shape (12 blocks,
+width 768, context 1024), both ways `attention_jax.generate` can: with the key/value cache
+(the prompt in one call, then one position a step) and without (a whole window of `context`
+tokens a step). Each step is one compiled call, timed alone, so the per-position curve can be
+drawn; `generate` runs the same step inside one `lax.scan`, without the per-call dispatch.
+A window's cost does not depend on where the text is (it is always `context` tokens), so the
+uncached path is timed at a few positions spread over the same range.
+"""
+from __future__ import annotations
+
+import dataclasses
+import time
+
+import numpy as np
+
+from experiments.harness import report
+from experiments.harness.experiment import Experiment, Result
+
+NAME = "generation"
+PROMPT = 16
+PRESETS = {
+    "smoke": dict(models=("tiny",), new=24, uncached_positions=3),
+    "cpu": dict(models=("one_block", "gpt2_small_shape"), new=1000, uncached_positions=6),
+    "paper": dict(models=("one_block", "gpt2_small_shape"), new=1000, uncached_positions=12),
+}
+SPEEDUP = 10          # the goal at 1,000 tokens for GPT-2 small's shape: cached >= 10x the tokens/s
+FLAT = 1.5            # "flat in position": the last tenth of the steps within 1.5x the first tenth's time
+
+
+def model_config(name: str):
+    from attention_jax.config import GPT2_SMALL, ModelConfig
+    from experiments.configs import ONE_BLOCK
+    return {"tiny": ModelConfig(vocab_size=64, context=48, d_model=32, n_layers=2, n_heads=4),
+            "one_block": ONE_BLOCK, "gpt2_small_shape": GPT2_SMALL}[name]
+
+
+def time_model(name: str, new: int, uncached_positions: int) -> dict:
+    """Per-step milliseconds of both paths for one model, greedy, batch 1."""
+    import jax
+    import jax.numpy as jnp
+    from flax import nnx
+    from attention_jax.model import LanguageModel
+    cfg = model_config(name)
+    new = min(new, cfg.context - PROMPT + 1)        # the cache holds the context, no more
+    model = LanguageModel(cfg, rngs=nnx.Rngs(0))
+    model.eval()
+    prompt = jnp.asarray(np.random.default_rng(0).integers(0, cfg.vocab_size, (1, PROMPT)), jnp.int32)
+
+    def timed(fn, *args):
+        t = time.perf_counter()
+        out = jax.block_until_ready(fn(*args))
+        return out, 1e3 * (time.perf_counter() - t)
+
+    graph, params = nnx.split(model)                # uncached: a window of `context` tokens a step
+    text = jnp.zeros((1, cfg.context), jnp.int32).at[:, :PROMPT].set(prompt)
+    window = jax.jit(lambda params, x, at: nnx.merge(graph, params)(x)[:, at].argmax(-1)).lower(
+        params, text, jnp.int32(0)).compile()      # compiled before the clock runs, as every step below
+    at = np.linspace(PROMPT, PROMPT + new - 1, uncached_positions).astype(int)
+    uncached = [timed(window, params, text, jnp.int32(p - 1))[1] for p in at]
+
+    model.init_cache(1, PROMPT + new - 1)           # cached: the prompt once, then one position a step
+    cache_bytes = sum(x.nbytes for x in jax.tree.leaves(nnx.state(model, nnx.Cache)))
+    graph, state = nnx.split(model)
+
+    def step(state, tokens):
+        m = nnx.merge(graph, state)
+        token = m(tokens)[:, -1].argmax(-1).astype(jnp.int32)
+        return nnx.state(m), token
+
+    prefill = jax.jit(step, donate_argnums=0).lower(state, prompt).compile()
+    one = jax.jit(step, donate_argnums=0).lower(state, prompt[:, :1]).compile()
+    (state, token), prefill_ms = timed(prefill, state, prompt)
+    cached = []
+    for _ in range(new - 1):
+        (state, token), ms = timed(one, state, token[:, None])
+        cached.append(ms)
+    model.drop_cache()
+    steady = cached[3:] if len(cached) > 13 else cached      # the first steps also warm caches and threads
+    tenth = max(1, len(steady) // 10)
+    return {"name": name, "params": sum(x.size for x in jax.tree.leaves(nnx.state(model, nnx.Param))),
+            "context": cfg.context, "new": new, "cache_mb": cache_bytes / 2**20, "prefill_ms": prefill_ms,
+            "cached_ms": float(np.median(cached)), "uncached_ms": float(np.median(uncached)),
+            "cached_positions": list(range(PROMPT + 1, PROMPT + new)), "cached_curve": cached,
+            "uncached_positions": [int(p) for p in at], "uncached_curve": uncached,
+            "flatness": float(np.median(steady[-tenth:]) / np.median(steady[:tenth]))}
+
+
+def figure(rows: list[dict], title: str):
+    fig, axes = report.figure(ncols=len(rows), size=(6.5 * len(rows), 4.5))
+    for ax, r in zip(np.atleast_1d(axes), rows):
+        ax.plot(r["cached_positions"], r["cached_curve"], ".", markersize=2, label="cached (one position a step)")
+        ax.plot(r["uncached_positions"], r["uncached_curve"], "s-", label=f"uncached (a window of {r['context']})")
+        ax.set(yscale="log", xlabel="position of the token written", ylabel="ms per token",
+               title=f"{r['name']}: {r['params']:,} parameters")
+        ax.grid(True, which="both", alpha=0.3)
+        ax.legend(fontsize=8)
+    fig.suptitle(title)
+    return fig
+
+
+def claims(rows: list[dict]) -> list[dict]:
+    out = []
+    for r in rows:
+        out.append(report.claim(f"{r['name']}: the cached cost per token is flat in position (last tenth within "
+                                f"{FLAT}x the first)", r["flatness"] < FLAT, f"{r['flatness']:.2f}x",
+                                FLAT - r["flatness"]))
+    big = [r for r in rows if r["name"] == "gpt2_small_shape" and r["new"] >= 1000]
+    for r in big:
+        out.append(report.claim(f"GPT-2 small's shape, {r['new']} tokens: cached >= {SPEEDUP}x the tokens/s of "
+                                "uncached", r["ratio"] >= SPEEDUP, f"{r['ratio']:.1f}x ({r['cached_ms']:.1f} vs "
+                                f"{r['uncached_ms']:.0f} ms a token)", r["ratio"] - SPEEDUP))
+    return out
+
+
+def run(ctx) -> Result:
+    p = ctx.settings
+    rows = []
+    for name in p["models"]:
+        r = time_model(name, p["new"], p["uncached_positions"])
+        r.update(ratio=r["uncached_ms"] / r["cached_ms"], cached_tps=1e3 / r["cached_ms"],
+                 uncached_tps=1e3 / r["uncached_ms"])
+        rows.append(r)
+        print(f"  {name:<17} {r['new']:>5} tokens  cached {r['cached_ms']:8.2f} ms/token  uncached "
+              f"{r['uncached_ms']:9.2f}  x{r['ratio']:.1f}  cache {r['cache_mb']:.1f} MB", flush=True)
+    columns = [("name", "model", ""), ("params", "params", ",d"), ("context", "context", "d"),
+               ("new", "new tokens", "d"), ("cache_mb", "cache MB", ".1f"), ("prefill_ms", "prefill ms", ".1f"),
+               ("cached_ms", "cached ms/token", ".2f"), ("uncached_ms", "uncached ms/token", ".1f"),
+               ("cached_tps", "cached tokens/s", ",.0f"), ("uncached_tps", "uncached tokens/s", ",.1f"),
+               ("ratio", "speedup", ".1f")]
+    title = f"greedy decoding, batch 1, prompt {PROMPT}, random weights ({ctx.preset} preset)"
+    table = report.format_table(columns, rows)
+    return Result(rows=rows, claims=claims(rows), config=dict(p, prompt=PROMPT),
+                  tables={f"ms per token, median over the steps (a model's new tokens stop at its context)": table},
+                  figures={"ms_per_token.png": figure(rows, title)})
+
+
+EXPERIMENT = Experiment(NAME, __doc__, PRESETS, run)
+main = EXPERIMENT.main
+
+if __name__ == "__main__":
+    raise SystemExit(main())
