@@ -21,6 +21,16 @@ EXPERIMENTS = ["averaging", "scaling", "params", "parity", "ladder", "positions"
                "complexity", "winograd", "inside_tiny_gpt", "throughput", "generation"]
 TRAINING = {"ladder", "positions", "scale_ablation", "norms", "winograd", "inside_tiny_gpt"}
 CORPUS_TABLES = {"ladder", "positions", "scale_ablation", "norms"}     # trained on tiny-shakespeare (or --corpus)
+# What an experiment needs beyond the base install, and how to get it.
+NEEDS = {name: ("torch", "PyTorch, the oracle it compares with: pip install -e '.[test]' --extra-index-url "
+                         "https://download.pytorch.org/whl/cpu") for name in ("parity", "throughput")}
+
+
+def missing(name: str) -> str | None:
+    """Why an experiment cannot run on this install (what to install), or None."""
+    import importlib.util
+    package, install = NEEDS.get(name, (None, None))
+    return None if package is None or importlib.util.find_spec(package) is not None else f"needs {install}"
 
 
 def _module(name: str):
@@ -50,7 +60,7 @@ def run_one(name: str, args) -> str | None:
     return None
 
 
-def gather(out: pathlib.Path, names: list[str], failures: dict[str, str]) -> str:
+def gather(out: pathlib.Path, names: list[str], failures: dict[str, str], skipped: dict[str, str] | None = None) -> str:
     """REPORT.md: a summary of book figures beside ours, every claim, then each experiment's tables and figures."""
     results = {}
     for name in names:
@@ -68,14 +78,14 @@ def gather(out: pathlib.Path, names: list[str], failures: dict[str, str]) -> str
         md += ["## The book's figures beside ours", "",
                report.format_table([("experiment", "experiment", ""), ("what", "figure", ""), ("book", "book", ""),
                                     ("ours", "ours", "")], book), ""]
-    passed = sum(c["passed"] for r in results.values() for c in r["claims"])
-    total = sum(len(r["claims"]) for r in results.values())
-    md += [f"## Claims: {passed} of {total} pass", ""]
+    md += [f"## Claims: {report.tally([c for r in results.values() for c in r['claims']])}", ""]
     for name, r in results.items():
-        md += [f"- **{name}**"] + [f"  - **{'PASS' if c['passed'] else 'FAIL'}** {report.claim_text(c)}"
+        md += [f"- **{name}**"] + [f"  - **{report.verdict(c)}** {report.claim_text(c)}"
                                    for c in r["claims"]]
     for name, reason in failures.items():
         md += [f"- **{name}** did not finish: {reason}"]
+    for name, why in (skipped or {}).items():
+        md += [f"- **{name}** was not run: it {why}"]
     timed = [dict(experiment=n, wall=r["time"]["wall_s"], programs=r["time"]["programs"],
                   compile=r["time"]["compile_s"] + r["time"]["trace_and_lower_s"]) for n, r in results.items() if "time" in r]
     if timed:     # what ran them, and how much of each run went into making XLA programs
@@ -87,6 +97,7 @@ def gather(out: pathlib.Path, names: list[str], failures: dict[str, str]) -> str
                                     ("compile", "seconds making them", ".1f")], timed)]
     for name, r in results.items():
         table = (out / name / "table.md").read_text(encoding="utf-8").split("\n", 1)[1]
+        table = table.replace(f"*{cli.SMOKE_NOTE}*", "")        # said once, at the top
         md += ["", f"# {name}" + (f" (preset: {r.get('preset')})" if r.get("preset") else ""), table.strip(), ""]
         md += [f"![{name}: {fig}]({name}/{fig})" for fig in r.get("figures", [])]
     return "\n".join(md) + "\n"
@@ -115,6 +126,10 @@ def main(argv: list[str] | None = None) -> int:
         # first experiment): those whose children take turns on the accelerator need it unreserved.
         import os
         os.environ.setdefault("XLA_PYTHON_CLIENT_PREALLOCATE", "false")
+    skipped = {name: why for name in names if (why := missing(name))}
+    names = [n for n in names if n not in skipped]
+    for name, why in skipped.items():
+        print(f"skipped {name}: it {why}", flush=True)
     failures = {}
     try:
         for name in names:
@@ -122,7 +137,7 @@ def main(argv: list[str] | None = None) -> int:
             if reason:
                 failures[name] = reason
     except KeyboardInterrupt as e:
-        report.atomic_write(out / "REPORT.md", gather(out, names, failures))
+        report.atomic_write(out / "REPORT.md", gather(out, names, failures, skipped))
         code = cli.report_error(e)
         if argv is None:     # a command line: leave before XLA's threads meet the interpreter's teardown
             import os
@@ -130,8 +145,8 @@ def main(argv: list[str] | None = None) -> int:
             sys.stdout.flush(), sys.stderr.flush()
             os._exit(code)
         return code
-    report.atomic_write(out / "REPORT.md", gather(out, names, failures))
-    print(f"\nwrote {out / 'REPORT.md'}", flush=True)
+    report.atomic_write(out / "REPORT.md", gather(out, names, failures, skipped))
+    print(f"\nwrote {out / 'REPORT.md'}" + "".join(f"; skipped {n} ({why})" for n, why in skipped.items()), flush=True)
     return cli.EXIT_USER_ERROR if failures else 0
 
 

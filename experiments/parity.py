@@ -80,7 +80,7 @@ def run(ctx) -> Result:
                   config={**p, "model": config.to_dict(), "torch": torch.__version__})
 
 
-EXPERIMENT = Experiment(NAME, __doc__, PRESETS, run)
+EXPERIMENT = Experiment(NAME, __doc__, PRESETS, run, smoke_decides=True)   # exact claims: decided at any budget
 main = EXPERIMENT.main
 
 if __name__ == "__main__":

@@ -141,3 +141,14 @@ print("STOP", STOP.is_set())
     assert proc.returncode == 0 and proc.stdout.strip() == "STOP True"
     assert "KeyboardInterrupt" not in proc.stderr            # the interrupt: silent, STOP holds it
     assert "ValueError: a real bug" in proc.stderr           # anything else: Python's report as before
+
+
+def test_a_run_from_the_api_writes_where_it_is_told_or_to_a_temporary_folder(tmp_path, monkeypatch, capsys):
+    from experiments import averaging
+    monkeypatch.chdir(tmp_path)
+    result = averaging.EXPERIMENT(preset="smoke")
+    assert list(tmp_path.iterdir()) == []                                     # nothing in the current folder
+    assert result.folder.is_dir() and (result.folder / "results.json").exists()
+    assert f"results: {result.folder}" in capsys.readouterr().out
+    kept = averaging.EXPERIMENT(preset="smoke", out=str(tmp_path / "mine"))
+    assert kept.folder == tmp_path / "mine" / "averaging" and (kept.folder / "results.json").exists()

@@ -41,7 +41,7 @@ def test_an_experiment_prints_what_it_compiled_and_keeps_it(tmp_path, capsys):
     took = json.loads((tmp_path / "clocked" / "results.json").read_text())["time"]
     assert took["programs"] == len(seen) >= 2 and abs(took["compile_s"] - sum(seen)) < 0.01
     said = capsys.readouterr().out.strip().splitlines()
-    assert said[-3] == f"{compile_clock.describe(took)}; {took['wall_s']:.1f} s in all" and said[-1].startswith("wrote ")
+    assert said[-3] == f"{compile_clock.describe(took)}; the whole run took {took['wall_s']:.1f} s" and said[-1].startswith("wrote ")
 
 
 def test_a_run_measured_in_child_processes_says_so():

@@ -9,7 +9,7 @@ import time
 import pytest
 
 NOTEBOOKS = pathlib.Path(__file__).resolve().parents[1] / "notebooks"
-SOURCE, NOTEBOOK = NOTEBOOKS / "attention_jax.py", NOTEBOOKS / "attention_jax.ipynb"
+SOURCE, NOTEBOOK = NOTEBOOKS / "source" / "attention_jax.py", NOTEBOOKS / "attention_jax.ipynb"
 
 jupytext = pytest.importorskip("jupytext")
 nbformat = pytest.importorskip("nbformat")
@@ -23,7 +23,7 @@ def test_the_ipynb_is_its_py_source_without_outputs():
     committed = nbformat.read(NOTEBOOK, as_version=4)
     source = jupytext.read(SOURCE)
     assert code_cells(committed) == code_cells(source), \
-        "notebooks/attention_jax.ipynb drifted from its .py: run `jupytext --sync notebooks/attention_jax.py`"
+        "notebooks/attention_jax.ipynb drifted from its .py: run `jupytext --sync notebooks/attention_jax.ipynb`"
     assert [c.source.strip() for c in committed.cells if c.cell_type == "markdown"] == \
         [c.source.strip() for c in source.cells if c.cell_type == "markdown"]
     assert all(not c.get("outputs") and not c.get("execution_count") for c in committed.cells if c.cell_type == "code")
@@ -37,8 +37,13 @@ def test_the_notebook_runs_on_cpu_at_smoke_size(tmp_path, corpus_folder, bpe_cac
     on them: the checkpoint reopened, the heads drawn, the tiny GPT trained and opened."""
     nbclient = pytest.importorskip("nbclient")
     assert smoke_ladder["full"].code == 0, smoke_ladder["full"].stdout     # else test_ladder.py says why
+    # The notebook's own folder, as Jupyter, VS Code and Colab start the kernel: a module there
+    # named like the package (its jupytext twin once was) would shadow attention_jax.
+    here = tmp_path / "notebooks"
+    shutil.copytree(NOTEBOOKS, here, ignore=shutil.ignore_patterns("results", ".ipynb_checkpoints"))
+    assert not [p.name for p in here.glob("*.py")], "a .py beside the notebook shadows the package"
     for part in ("rows", "runs"):
-        shutil.copytree(smoke_ladder["folder"] / part, tmp_path / "results" / "ladder" / part)
+        shutil.copytree(smoke_ladder["folder"] / part, here / "results" / "ladder" / part)
     # The kernel inherits this environment: the corpus, a private cache, no accelerator.
     monkeypatch.setenv("ATTENTION_JAX_DATA", str(corpus_folder))
     monkeypatch.setenv("ATTENTION_JAX_CACHE", str(bpe_cache))
@@ -49,13 +54,13 @@ def test_the_notebook_runs_on_cpu_at_smoke_size(tmp_path, corpus_folder, bpe_cac
     monkeypatch.setenv("JAX_PERSISTENT_CACHE_MIN_COMPILE_TIME_SECS", "0")
     nb = nbformat.read(NOTEBOOK, as_version=4)
     t0 = time.perf_counter()
-    nbclient.NotebookClient(nb, timeout=300, kernel_name="python3", resources={"metadata": {"path": str(tmp_path)}}
+    nbclient.NotebookClient(nb, timeout=300, kernel_name="python3", resources={"metadata": {"path": str(here)}}
                             ).execute()
     seconds = time.perf_counter() - t0
     outputs = [o for c in nb.cells if c.cell_type == "code" for o in c.get("outputs", [])]
     assert not [o for o in outputs if o.get("output_type") == "error"]
     assert any("image/png" in o.get("data", {}) for o in outputs)          # the figures showed inline
     assert any("text/markdown" in o.get("data", {}) for o in outputs)      # the ladder's table and claims
-    ladder_rows = json.loads((tmp_path / "results" / "ladder" / "results.json").read_text())["rows"]
+    ladder_rows = json.loads((here / "results" / "ladder" / "results.json").read_text())["rows"]
     assert len(ladder_rows) == 10 and all(r["cached"] for r in ladder_rows)     # the same row keys as the CLI's
     assert seconds < 240, f"the notebook took {seconds:.0f} s"

@@ -23,6 +23,7 @@ import time
 from typing import Any, Sequence
 
 import numpy as np
+from tqdm import tqdm as plain_tqdm
 from tqdm.auto import tqdm
 
 from attention_jax.config import TrainConfig
@@ -127,7 +128,9 @@ def fit(engine: Engine, task: Task, *, seeds: Sequence[int] = (0,), workdir: str
     if due(start) and start not in {h["step"] for h in history}:
         log(evaluate(start))     # interrupted between the step and its evaluation
     done, t0 = start, time.perf_counter()
-    bar = tqdm(total=tc.steps, initial=start, desc=desc, disable=not progress or not is_writer(), dynamic_ncols=True, leave=False)
+    shown = progress and is_writer()   # tqdm.auto's notebook bar warns without ipywidgets even when off
+    bar = (tqdm if shown else plain_tqdm)(total=tc.steps, initial=start, desc=desc, disable=not shown, dynamic_ncols=True,
+                                          leave=False)
     try:
         while done < tc.steps:
             if STOP.is_set():

@@ -22,7 +22,8 @@ from typing import Mapping, Sequence
 from attention_jax.errors import STOP, ConfigError, Preempted, UserError, hush_unraisable
 
 EXIT_USER_ERROR, EXIT_INTERRUPTED = 2, 130
-SMOKE_NOTE = ("smoke preset: a plumbing check of a few steps; its figures and claims mean nothing at this "
+PRESET_ORDER = ("smoke", "cpu", "paper")   # the order every --help lists them in: smallest budget first
+SMOKE_NOTE = ("smoke preset: a plumbing check of a few steps; its figures mean nothing and the claims they decide are not checked at this "
               "budget (--preset cpu or paper for the chapter's)")
 
 
@@ -34,8 +35,9 @@ class _Parser(argparse.ArgumentParser):
 def parser(name: str, description: str, presets: Mapping[str, object] | None = None) -> argparse.ArgumentParser:
     p = _Parser(prog=f"python -m experiments.{name}", description=description)
     if presets:
+        order = sorted(presets, key=lambda n: PRESET_ORDER.index(n) if n in PRESET_ORDER else len(PRESET_ORDER))
         p.add_argument("--preset", default=None,
-                       help=f"one of {', '.join(presets)} (default: paper on a GPU/TPU, cpu otherwise)")
+                       help=f"one of {', '.join(order)} (default: paper on a GPU/TPU, cpu otherwise)")
     p.add_argument("--out", default="results", help="folder for results (default: results/)")
     return p
 

@@ -71,6 +71,12 @@ def backend_errors():
         if not text.startswith("Unable to initialize backend"):
             raise
         asked = os.environ.get("JAX_PLATFORMS", "")
+        if asked.strip().lower() in ("gpu", "cuda", "rocm", "tpu"):   # JAX's own text names whichever it tried last
+            kind = "tpu" if asked.strip().lower() == "tpu" else "gpu"
+            raise ConfigError(f"JAX_PLATFORMS={asked!r} asks for a {kind.upper()}, but JAX has no {kind.upper()} backend "
+                              f"here (no plugin installed, or none of its devices found); unset JAX_PLATFORMS to run on "
+                              f"what this machine has, or install the project with its {kind} extra: pip install "
+                              f"\"attention_jax[{kind}] @ git+{REPO_URL}\" (docs/install.md)") from None
         raise ConfigError(f"JAX cannot start the backend{f' JAX_PLATFORMS={asked!r} asks for' if asked else ''}: "
                           f"{text.split(' (set JAX_PLATFORMS')[0].rstrip('.')}; unset JAX_PLATFORMS to run on what this "
                           "machine has, or install that backend's plugin with the project (docs/install.md)") from None

@@ -93,6 +93,21 @@ def claims_across_seeds(check, records: dict[str, dict], n_seeds: int) -> list[d
     return claims
 
 
+UNDECIDED = "not checked at this budget"
+
+
+def verdict(c: dict) -> str:
+    """PASS, FAIL, or for a claim its run's budget cannot decide (the smoke preset), that it was not checked."""
+    return UNDECIDED if not c.get("decided", True) else ("PASS" if c["passed"] else "FAIL")
+
+
+def tally(claims: Sequence[dict]) -> str:
+    """'7 of 9 claims hold', counting decided claims only, and how many the budget left undecided."""
+    decided = [c for c in claims if c.get("decided", True)]
+    text = f"{sum(c['passed'] for c in decided)} of {len(decided)} claims hold"
+    return text + (f"; {len(claims) - len(decided)} {UNDECIDED}" if len(decided) < len(claims) else "")
+
+
 def claim_text(c: dict) -> str:
     text = f"{c['claim']} ({c['measured']}"
     seeds = c.get("seeds")
@@ -104,7 +119,7 @@ def claim_text(c: dict) -> str:
 
 
 def format_claims(claims: Sequence[dict]) -> str:
-    lines = [f"  [{'PASS' if c['passed'] else 'FAIL'}] {claim_text(c)}" for c in claims]
+    lines = [f"  [{verdict(c)}] {claim_text(c)}" for c in claims]
     return "claims:\n" + "\n".join(lines) if lines else "claims: none"
 
 
@@ -148,7 +163,7 @@ def markdown(name: str, preset: str | None, tables: dict[str, str], claims: Sequ
         md += [f"*{SMOKE_NOTE}*", ""]
     for title, table in tables.items():
         md += [f"## {title}", "", table, ""]
-    md += ["## Claims", ""] + [f"- **{'PASS' if c['passed'] else 'FAIL'}** {claim_text(c)}" for c in claims]
+    md += ["## Claims", ""] + [f"- **{verdict(c)}** {claim_text(c)}" for c in claims]
     return "\n".join(md) + "\n"
 
 
@@ -163,21 +178,27 @@ def write_results(folder: pathlib.Path, name: str, *, rows: list[dict], claims: 
     return folder
 
 
-def publish(folder: pathlib.Path, result) -> pathlib.Path:
-    """How every experiment ends: print the tables and claims, write the results and figures, say where."""
-    for title, table in result.tables.items():
-        print(f"\n{title}\n{table}")
-    print("\n" + format_claims(result.claims))
-    if result.preset == "smoke":
-        print(SMOKE_NOTE)
+def publish(folder: pathlib.Path, result, *, show: bool = True) -> pathlib.Path:
+    """How every experiment ends: print the tables and claims (unless a notebook shows the Result
+    itself), write the results and figures, say where."""
+    if show:
+        for title, table in result.tables.items():
+            print(f"\n{title}\n{table}")
+        print("\n" + format_claims(result.claims))
+        if result.preset == "smoke":
+            print(SMOKE_NOTE)
     write_results(folder, result.name, rows=result.rows, claims=result.claims, tables=result.tables,
                   preset=result.preset, config=result.config,
                   extra={**result.extra, "figures": sorted(result.figures), "book": result.book})
     for file_name, fig in result.figures.items():
+        plain_log_ticks(fig)
+        if result.preset == "smoke":    # a plumbing check's figure must not pass for the chapter's
+            fig.text(0.5, 0.5, "smoke preset: plumbing only", ha="center", va="center", rotation=20,
+                     fontsize=28, color="tab:red", alpha=0.25)
         save_figure(fig, folder / file_name)
     if "time" in result.extra:   # what went into making XLA programs, against the run's wall time
         from experiments.harness.compile_clock import describe
-        print(f"\n{describe(result.extra['time'])}; {result.extra['time']['wall_s']:.1f} s in all")
+        print(f"\n{describe(result.extra['time'])}; the whole run took {result.extra['time']['wall_s']:.1f} s")
     print(f"\nwrote {folder}")
     return folder
 
@@ -188,6 +209,47 @@ def figure(*, ncols: int = 1, size: tuple[float, float] = (6.5, 4.5), **kw):
     fig = Figure(figsize=size, layout="constrained")
     axes = fig.subplots(1, ncols, **kw)
     return fig, axes
+
+
+def empty_axes(fig) -> list[str]:
+    """The panels of a figure that show nothing, by title: no data line with a finite point (an
+    axvline is a guide, not data), no bar with a height, no image or filled area."""
+    import numpy as np
+    empty = []
+    for ax in fig.axes:
+        if ax.get_label() == "<colorbar>":
+            continue
+        lines = [l for l in ax.get_lines() if l.get_transform() == ax.transData
+                 and np.isfinite(np.asarray(l.get_ydata(), float)).any()]
+        bars = [p for p in ax.patches if getattr(p, "get_height", lambda: 0)() and getattr(p, "get_width", lambda: 0)()]
+        if not (lines or bars or ax.images or ax.collections):
+            empty.append(ax.get_title() or "(untitled)")
+    return empty
+
+
+def plain_log_ticks(fig) -> None:
+    """Log axes labelled 30, 40, 60 where matplotlib writes 3×10^1: the same ticks, plain numbers."""
+    from matplotlib.ticker import Formatter
+
+    class Plain(Formatter):
+        def __init__(self, inner):
+            self.inner = inner
+
+        def set_axis(self, axis):
+            super().set_axis(axis)
+            self.inner.set_axis(axis)
+
+        def set_locs(self, locs):
+            self.inner.set_locs(locs)
+
+        def __call__(self, x, pos=None):
+            return f"{x:g}" if self.inner(x, pos) else ""      # label where matplotlib would, plainly
+
+    for ax in fig.axes:
+        for axis, scale in ((ax.xaxis, ax.get_xscale()), (ax.yaxis, ax.get_yscale())):
+            if scale == "log" and not isinstance(axis.get_major_formatter(), Plain):
+                axis.set_major_formatter(Plain(axis.get_major_formatter()))
+                axis.set_minor_formatter(Plain(axis.get_minor_formatter()))
 
 
 def save_figure(fig, path: pathlib.Path) -> pathlib.Path:

@@ -33,12 +33,14 @@ def early_figure(records: list[dict], first: int, title: str, warmup: int | None
     import numpy as np
     from experiments.plots import finish_panels
     fig, axes = report.figure(ncols=3, size=(16, 4.5))
-    style = {"pre": "-", "post": "--"}
+    # pre- and post-norm share a learning-rate schedule: post's line is drawn dashed and thicker
+    # underneath, pre's thin on top, so both stay visible where they coincide
+    style = {"pre": dict(linestyle="-", linewidth=1.2, zorder=3), "post": dict(linestyle="--", linewidth=2.6, zorder=2)}
     for i, r in enumerate(records):
         points = [p for p in r["train_log"] if p["step"] <= first]
         steps = [p["step"] for p in points]
         for ax, key in zip(axes, ("lr", "grad_norm", "loss")):
-            ax.plot(steps, [float(np.mean(p[key])) for p in points], style[ROWS[r["name"]][0]], color=f"C{i}",
-                    label=r["name"])
+            ax.plot(steps, [float(np.mean(p[key])) for p in points], color=f"C{i}", label=r["name"],
+                    **style[ROWS[r["name"]][0]])
     panels = (("learning rate", False), ("global gradient norm", True), ("training loss (nats)", False))
     return finish_panels(fig, axes, panels, title, ylabel=True, mark_step=warmup, mark_label="end of warmup")

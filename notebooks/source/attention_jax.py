@@ -1,7 +1,7 @@
 # ---
 # jupyter:
 #   jupytext:
-#     formats: ipynb,py:percent
+#     formats: ipynb,source//py:percent
 #     text_representation:
 #       extension: .py
 #       format_name: percent
@@ -107,7 +107,7 @@ for ax, (name, s) in zip(axes, [("raw q·k", scores), ("q·k / √d", scores / j
     assert jnp.allclose(J, jnp.diag(w) - jnp.outer(w, w), atol=1e-6)
     traces[name] = float(jnp.trace(J))
     im = ax.imshow(J, cmap="RdBu_r", vmin=-0.25, vmax=0.25)
-    ax.set(title=f"{name}: trace {traces[name]:.3f}, max weight {float(w.max()):.3f}", xlabel="score j",
+    ax.set(title=f"{name}\ntrace {traces[name]:.3f}, max weight {float(w.max()):.3f}", xlabel="score j",
            ylabel="weight i")
 fig.colorbar(im, ax=axes, shrink=0.8)
 plt.show()
@@ -126,7 +126,7 @@ from experiments import ladder  # noqa: E402
 
 PRESET, SEEDS = ("paper", 3) if EXPECTED != "cpu" else ("smoke", 1)
 result = ladder.EXPERIMENT(preset=PRESET, seeds=SEEDS, out="results", no_progress=True)
-display(result)                                              # noqa: F821  (the table and the claims)
+display(result)                                              # noqa: F821  (the table and the claims, once)
 for fig in result.figures.values():
     display(fig)                                             # noqa: F821
 assert [r["name"] for r in result.rows] == [row.name for row in ladder.ROWS]
@@ -155,11 +155,12 @@ tokens = jnp.asarray(val[None, :24])
 words = [load_tokenizer(corpus).decode([int(t)]) for t in tokens[0]]
 logits, cache = run_with_cache(model, tokens, names="blocks.0.mixer.weights")
 w = cache["blocks.0.mixer.weights"][0]                       # [heads, T, T]
-fig, axes = plt.subplots(1, w.shape[0], figsize=(4.2 * w.shape[0], 4.2))
+fig, axes = plt.subplots(1, w.shape[0], figsize=(4.2 * w.shape[0], 4.2), layout="constrained")
 for h, ax in enumerate(axes):
-    ax.imshow(w[h], cmap="viridis")
+    im = ax.imshow(w[h], cmap="viridis", vmin=0, vmax=1)
     ax.set(title=f"head {h}", xlabel="key position", ylabel="query position")
     ax.set_xticks(range(len(words)), [repr(x)[1:-1] for x in words], rotation=90, fontsize=6)
+fig.colorbar(im, ax=axes, shrink=0.8, label="attention weight")
 plt.show()
 assert jnp.all(jnp.triu(w, k=1) == 0)                        # the future gets exactly zero weight
 assert jnp.allclose(w.sum(-1), 1.0, atol=1e-5)
@@ -186,8 +187,10 @@ assert tokenizer.decode(ids.tolist()).startswith("ROMEO:") and len(ids) == len(t
 # The lecture's 109,056-parameter character-level GPT, trained on a small world the project
 # generates (40 people in 8 cities: "laba lives in nakmi."), then opened: parameters by
 # formula, a forward pass from the raw weights, where each head looks, and what each part is
-# worth (positions, each layer's attention and MLP, each head, the causal mask). The `cpu`
-# preset trains it in about a minute on two cores; a GPU/TPU runs the longer `paper` preset.
+# worth (positions, each layer's attention and MLP, each head, the causal mask). On a CPU this
+# notebook runs the `smoke` preset (a plumbing check: its figures mean nothing);
+# `python -m experiments.inside_tiny_gpt` trains the `cpu` preset, about a minute on two cores,
+# and a GPU/TPU runs the longer `paper` preset here.
 
 # %%
 from experiments import inside_tiny_gpt  # noqa: E402
