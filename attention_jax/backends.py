@@ -22,6 +22,7 @@ import jax
 import jax.numpy as jnp
 
 from attention_jax import functional as F
+from attention_jax.errors import ConfigError
 from attention_jax.memory_efficient import memory_efficient_attention
 
 ACCELERATORS = ("gpu", "cuda", "rocm", "tpu")
@@ -100,6 +101,8 @@ def fused(q, k, v, *, bias=None, causal: bool = True, scale: bool = True, dropou
     """
     if dropout is not None:
         raise ValueError("fused attention has no dropout on its weights; use reference or causal_halves")
+    if implementation not in (None, "cudnn", "xla"):
+        raise ConfigError(f"implementation={implementation!r}; choose None (chosen here), 'cudnn' or 'xla'")
     q, k, v = F.floating(q), F.floating(k), F.floating(v)
     one_head = q.ndim == 2
     if one_head:

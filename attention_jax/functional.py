@@ -15,6 +15,7 @@ import math
 import jax
 import jax.numpy as jnp
 
+from attention_jax.errors import ConfigError
 from attention_jax.kernels import dense as _fast_dense
 
 
@@ -28,6 +29,8 @@ def floating(x) -> jax.Array:
 
 def causal_mask(n: int) -> jax.Array:
     """bool[n, n], True where position t may attend to position i (i <= t)."""
+    if n < 0:
+        raise ConfigError(f"causal_mask needs n >= 0 positions, got {n}")
     return jnp.tril(jnp.ones((n, n), dtype=bool))
 
 
@@ -42,6 +45,9 @@ def attention_scores(q: jax.Array, k: jax.Array, *, scale: bool = True, bias: ja
 
 def _scores(q, k, scale):
     q, k = floating(q), floating(k)
+    if q.shape[-1] != k.shape[-1]:
+        raise ConfigError(f"queries of width {q.shape[-1]} cannot score keys of width {k.shape[-1]}: "
+                          f"q [..., T, D] and k [..., S, D] need one D")
     if jnp.result_type(q, k) == jnp.float16:
         # float16 tops out at 65,504: q·k can pass it where q·k/√d fits, so the product is
         # taken and scaled in float32 and only the score comes back in float16.
@@ -64,6 +70,7 @@ def masked_softmax(scores: jax.Array, mask: jax.Array | None = None) -> jax.Arra
     nonzero/True means "may attend".
     """
     scores = floating(scores)
+    _check_softmax_inputs(scores, mask)
     dtype = scores.dtype
     s = scores.astype(jnp.promote_types(dtype, jnp.float32))
     if mask is not None:
@@ -74,6 +81,20 @@ def masked_softmax(scores: jax.Array, mask: jax.Array | None = None) -> jax.Arra
     e = jnp.exp(s - row_max)
     total = jnp.sum(e, axis=-1, keepdims=True)
     return (e / jnp.where(total == 0, 1.0, total)).astype(dtype)
+
+
+def _check_softmax_inputs(scores, mask) -> None:
+    """A mask that does not fit the scores, or (where the values are known, outside jit) a +inf score,
+    whose softmax is inf/inf: one clear error rather than NaN weights or a broadcasting trace."""
+    if mask is not None:
+        try:
+            jnp.broadcast_shapes(jnp.shape(mask), scores.shape)
+        except ValueError:
+            raise ConfigError(f"a mask of shape {jnp.shape(mask)} does not fit scores of shape {scores.shape}; "
+                              "it must broadcast to them ([T, S] for one window)") from None
+    if not isinstance(scores, jax.core.Tracer) and bool(jnp.isposinf(scores).any()):
+        raise ConfigError("a score is +inf, and the softmax of it is undefined (inf/inf); mask that entry (-inf) "
+                          "or keep the scores finite")
 
 
 def attention_weights(q, k, *, mask=None, bias=None, scale: bool = True) -> jax.Array:

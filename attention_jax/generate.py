@@ -33,7 +33,19 @@ def next_token(logits, key, temperature, *, greedy: bool = False, top_k: int | N
     if top_k is not None:
         kth = jax.lax.top_k(logits, top_k)[0][-1]
         logits = jnp.where(logits < kth, -jnp.inf, logits)
-    return jax.random.categorical(key, logits / temperature).astype(jnp.int32)
+    # Shifted so the largest is 0 before dividing: a small temperature sends the rest to -inf, never to +inf.
+    return jax.random.categorical(key, (logits - jnp.max(logits)) / temperature).astype(jnp.int32)
+
+
+MAX_NEW = 1_000_000     # tokens a call: the uncached path holds the whole text, 4 bytes an id a row
+
+
+def _is_key(key) -> bool:
+    """A typed key (jax.random.key) or a raw uint32[2] one (jax.random.PRNGKey)."""
+    if not isinstance(key, jax.Array):
+        return False
+    return jnp.issubdtype(key.dtype, jax.dtypes.prng_key) and key.ndim == 0 or (key.dtype == jnp.uint32
+                                                                                  and key.shape == (2,))
 
 
 def _draw(logits, key, temperature, greedy, top_k):
@@ -102,14 +114,17 @@ def generate(model, prompt, n: int, *, key=None, temperature: float = 1.0, top_k
         raise ConfigError(f"the prompt must be token ids, [P] or [B, P] with P >= 1, got shape {prompt.shape} "
                           f"of {prompt.dtype}")
     check_ids(prompt, vocab)
-    if isinstance(n, bool) or not isinstance(n, (int, np.integer)) or n < 0:
-        raise ConfigError(f"n={n!r}: the number of tokens to generate must be a whole number >= 0")
+    if isinstance(n, bool) or not isinstance(n, (int, np.integer)) or not 0 <= n <= MAX_NEW:
+        raise ConfigError(f"n={n!r}: the number of tokens to generate must be a whole number from 0 to {MAX_NEW:,}")
     if not (isinstance(temperature, (int, float, np.integer, np.floating)) and math.isfinite(temperature) and temperature >= 0):
         raise ConfigError(f"temperature={temperature!r} must be a finite number >= 0 (0: greedy)")
     if top_k is not None and not (isinstance(top_k, (int, np.integer)) and 1 <= top_k <= vocab):
         raise ConfigError(f"top_k={top_k!r} must be a whole number from 1 to the vocabulary's {vocab}")
-    if temperature > 0 and key is None:
+    greedy = temperature == 0 or np.float32(temperature) == 0    # too small for float32: the greedy limit
+    if not greedy and key is None:
         raise ConfigError("sampling at temperature > 0 needs a key, e.g. key=jax.random.key(0) (temperature=0: greedy)")
+    if key is not None and not _is_key(key):
+        raise ConfigError(f"key={key!r} is not a JAX random key; pass one, e.g. key=jax.random.key(0)")
     if any(isinstance(m, Bidirectional) for _, m in nnx.iter_modules(model)):
         raise ConfigError("the model sees the future (a bidirectional mask is swapped in): generating one token "
                           "at a time needs the causal mask; generate outside the ablation")
@@ -122,8 +137,8 @@ def generate(model, prompt, n: int, *, key=None, temperature: float = 1.0, top_k
     if any(getattr(m, "cache", None) is not None for _, m in nnx.iter_modules(model)):
         raise ConfigError("the model is decoding already (init_cache); call model.drop_cache() first")
     graphdef, state = nnx.split(model)
-    options = dict(n=int(n), greedy=temperature == 0, top_k=None if top_k is None else int(top_k))
-    key, temperature = jax.random.key(0) if key is None else key, jnp.float32(temperature or 1.0)
+    options = dict(n=int(n), greedy=greedy, top_k=None if top_k is None else int(top_k))
+    key, temperature = jax.random.key(0) if key is None else key, jnp.float32(1.0 if greedy else temperature)
     if n == 0:
         out = rows
     elif cache:

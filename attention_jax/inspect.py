@@ -216,7 +216,7 @@ def ablate(model: LanguageModel, *, mixer: Iterable[int] = (), feed_forward: Ite
         if bad:
             raise ConfigError(f"ablate(heads={{{block}: {sorted(chosen)}}}): block {block} has {n} head(s); "
                               f"head {bad[0]} does not exist (heads are 0 .. {n - 1})")
-    patches = {f"blocks.{i}.mixer.z": _zero_heads(sorted(h)) for i, h in (heads or {}).items()}
+    patches = {f"blocks.{i}.mixer.z": _zero_heads(sorted(h)) for i, h in (heads or {}).items() if list(h)}
     if positions:
         if model.config.positions not in ("learned", "sinusoidal"):
             raise ConfigError(f"ablate(positions=True) zeroes the position vectors added to the tokens; this "
@@ -235,6 +235,8 @@ def _attention_paths(model) -> list[str]:
 
 def head_weights(model: LanguageModel, block: int) -> dict[str, jax.Array]:
     """Block `block`'s projections per head: q, k, v [H, D, D_head] and o [H, D_head, D] (None without W_o)."""
+    if not -len(model.blocks) <= block < len(model.blocks):
+        raise ConfigError(f"block {block} does not exist: the model has {len(model.blocks)} (0 .. {len(model.blocks) - 1})")
     mixer = model.blocks[block].mixer
     if isinstance(mixer, Head):
         return {"q": mixer.q.kernel[...][None], "k": mixer.k.kernel[...][None], "v": mixer.v.kernel[...][None],

@@ -429,3 +429,16 @@ def test_edge_sizes_are_answered_or_refused_in_words():
         F.alibi_slopes(0)
     with pytest.raises(ValueError, match="chunks of at least one position"):
         memory_efficient_attention(jnp.ones((4, 2)), jnp.ones((4, 2)), jnp.ones((4, 2)), chunk_size=0)
+
+
+def test_shapes_that_do_not_fit_and_a_plus_inf_score_are_refused_in_one_line():
+    from attention_jax.errors import ConfigError
+    with pytest.raises(ConfigError, match="n >= 0"):
+        F.causal_mask(-1)
+    with pytest.raises(ConfigError, match="width 4 cannot score keys of width 5"):
+        F.attention(jnp.ones((3, 4)), jnp.ones((3, 5)), jnp.ones((3, 5)))
+    with pytest.raises(ConfigError, match=r"mask of shape \(2, 2\) does not fit scores of shape \(3, 3\)"):
+        F.masked_softmax(jnp.zeros((3, 3)), jnp.ones((2, 2), bool))
+    with pytest.raises(ConfigError, match=r"\+inf"):
+        F.masked_softmax(jnp.array([0.0, jnp.inf]))
+    np.testing.assert_array_equal(F.masked_softmax(jnp.array([0.0, -jnp.inf])), [1.0, 0.0])   # -inf is a mask

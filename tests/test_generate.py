@@ -85,3 +85,13 @@ def test_prompts_of_one_length_are_answered_together_as_each_alone(model):
         np.testing.assert_array_equal(row, generate(model, prompt, 20, temperature=0, cache=False))
     drawn = generate(model, prompts, 20, key=jax.random.key(1), temperature=1.0, cache=False)
     assert len({tuple(r[3:]) for r in drawn}) == 3              # each row draws with its own key
+
+
+def test_a_key_that_is_no_key_a_huge_n_and_a_temperature_float32_cannot_hold(model):
+    with pytest.raises(ConfigError, match="not a JAX random key"):
+        generate(model, [1, 2], 3, key=0, temperature=1.0)
+    with pytest.raises(ConfigError, match="from 0 to 1,000,000"):
+        generate(model, [1, 2], 10**12, temperature=0)
+    greedy = generate(model, [1, 2], 5, temperature=0)
+    for tiny in (1e-40, 1e-30):        # float32 0 is the greedy limit; a tiny one must not overflow to garbage
+        np.testing.assert_array_equal(generate(model, [1, 2], 5, key=jax.random.key(0), temperature=tiny), greedy)

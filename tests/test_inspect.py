@@ -346,3 +346,13 @@ def test_removing_a_mixer_and_seeing_both_ways_combine():
             nested = model(tokens())
     np.testing.assert_array_equal(np.asarray(both), np.asarray(nested))
     np.testing.assert_array_equal(np.asarray(model(tokens())), np.asarray(plain))       # restored
+
+
+def test_an_empty_head_list_ablates_nothing_and_a_block_past_the_last_is_refused():
+    from attention_jax.inspect import head_weights
+    model = LanguageModel(ModelConfig(vocab_size=50, context=8, d_model=32, n_layers=2, n_heads=4), rngs=nnx.Rngs(0))
+    idx = jnp.arange(8)[None]
+    with ablate(model, heads={0: []}):
+        np.testing.assert_array_equal(model(idx), model(idx))
+    with pytest.raises(ConfigError, match="block 9 does not exist: the model has 2"):
+        head_weights(model, 9)

@@ -309,3 +309,34 @@ def test_two_devices_train_like_one(on_devices, run_name, per_device):
     np.testing.assert_allclose(two["logits"], one["logits"], atol=2e-5)   # windows split, logits whole
     if run_name.endswith("_scanned"):
         np.testing.assert_allclose(one["losses"], on_devices[1][run_name[:-len("_scanned")]]["losses"], rtol=1e-5)
+
+
+def test_what_a_step_cannot_train_on_is_refused_in_one_line(engine):
+    from attention_jax.errors import ConfigError
+    from helpers import task
+    engine = engine()
+    good = task().sample(0, 0)                                   # a host batch of the engine's shape
+    x, y = (np.asarray(good[k]) for k in ("x", "y"))
+    cases = [({"x": x}, ConfigError, "needs 'x' and 'y'"),
+             ({"x": x.astype(np.float32), "y": y}, DataError, "holds float32 values"),
+             ({"x": np.concatenate([x, x[:2]]), "y": np.concatenate([y, y[:2]])}, ConfigError, "has shape"),
+             ({"x": x, "y": y, "weights": -np.ones(x.shape)}, DataError, "non-negative"),
+             ({"x": x, "y": y, "weights": np.zeros(x.shape)}, DataError, "all zero")]
+    for host, error, said in cases:
+        with pytest.raises(error, match=said) as err:
+            engine.shard([host])
+        one_line(err.value)
+    with pytest.raises(ConfigError, match="0 seed"):
+        engine.init([])
+    with pytest.raises(ConfigError, match="one shape"):
+        engine.nll(engine.init([0]), x, y[:, :-1])
+
+
+def test_a_state_a_step_consumed_is_refused_not_a_deleted_buffer_error(engine):
+    from attention_jax.errors import ConfigError
+    engine = engine()
+    state = engine.init([0])
+    new, _ = engine.step(state, batch(engine))
+    with pytest.raises(ConfigError, match="consumed by an earlier step"):
+        engine.step(state, batch(engine))
+    engine.step(new, batch(engine))                          # the returned one goes on

@@ -27,7 +27,7 @@ from jax.sharding import NamedSharding, PartitionSpec as P
 
 from attention_jax.config import ModelConfig, TrainConfig
 from attention_jax.data import eval_windows
-from attention_jax.errors import ConfigError
+from attention_jax.errors import ConfigError, DataError
 from attention_jax.model import LanguageModel, check_ids
 from attention_jax.train.distributed import local, put, to_host
 
@@ -138,6 +138,10 @@ class Engine:
 
     # -- host-side API --------------------------------------------------------------------
     def _keys(self, seeds):
+        seeds = list(seeds)
+        if len(seeds) != self.n_seeds:
+            raise ConfigError(f"{len(seeds)} seed(s) for an engine built for {self.n_seeds}; build it with "
+                              f"Engine(..., n_seeds={len(seeds) or 1})" + (" and give at least one" if not seeds else ""))
         return jax.vmap(jax.random.key)(jnp.asarray(seeds)) if self.vmapped else jax.random.key(seeds[0])
 
     def init(self, seeds) -> nnx.State:
@@ -152,8 +156,28 @@ class Engine:
         return {k: np.stack([b[k] for b in batches]) if self.vmapped else batches[0][k] for k in batches[0]}
 
     def _checked(self, host: dict) -> dict:
-        for k in ("x", "y"):   # on the host, where it costs nothing: the compiled step cannot raise
-            check_ids(host[k], self.model_config.vocab_size)
+        """On the host, where it costs nothing (the compiled step cannot raise): a batch the config
+        asked for, of token ids in the vocabulary, with loss weights that mean something."""
+        missing = [k for k in ("x", "y") if k not in host]
+        if missing:
+            raise ConfigError(f"a batch needs 'x' and 'y' (and optionally 'weights'); this one has no "
+                              f"{', '.join(map(repr, missing))}")
+        tc, lead = self.train_config, (self.n_seeds,) if self.vmapped else ()
+        for k in ("x", "y"):
+            a = np.asarray(host[k])
+            if not np.issubdtype(a.dtype, np.integer):
+                raise DataError(f"batch[{k!r}] holds {a.dtype} values; token ids are integers")
+            if a.shape[len(lead):] != (tc.batch_size, self.model_config.context) and a.shape[-2:] != \
+                    (tc.batch_size, self.model_config.context):
+                raise ConfigError(f"batch[{k!r}] has shape {a.shape}; this engine trains batches of "
+                                  f"[{tc.batch_size}, {self.model_config.context}] (batch_size, context)")
+            check_ids(a, self.model_config.vocab_size)
+        if "weights" in host:
+            w = np.asarray(host["weights"], np.float64)
+            if w.shape != np.shape(host["y"]) or not np.all(np.isfinite(w)) or (w < 0).any():
+                raise DataError("batch['weights'] must be finite, non-negative and shaped like y")
+            if not (w.reshape(-1, *w.shape[-2:]).sum(axis=(-2, -1)) > 0).all():
+                raise DataError("batch['weights'] are all zero: that batch has nothing to learn from")
         return host
 
     def shard(self, batches: list[dict]) -> dict:
@@ -169,13 +193,16 @@ class Engine:
         return {k: self._shard(v, lead=1) for k, v in stacked.items()}
 
     def step(self, state, batch: dict):
-        """One optimizer step: (new state, metrics dict of device arrays, one value per seed)."""
+        """One optimizer step: (new state, metrics dict of device arrays, one value per seed). The
+        state passed in is consumed (its buffers are donated): go on with the one returned."""
+        _live(state)
         return self._step(state, batch)
 
     def steps(self, state, batches: dict):
         """K optimizer steps in one compiled call (`batches` from `shard_steps`): the state after
         the last, and every step's metrics stacked [K, ...]. The same updates as K calls of
         `step`, to float rounding (XLA compiles the loop body on its own)."""
+        _live(state)
         return self._steps(state, batches)
 
     def nll(self, state, x, y, weights=None) -> tuple[np.ndarray, np.ndarray]:
@@ -183,6 +210,9 @@ class Engine:
 
         Perplexity is exp(sum / count); bits per character is sum / ln 2 / characters.
         """
+        x, y = np.asarray(x), np.asarray(y)
+        if x.shape != y.shape or x.ndim != 2:
+            raise ConfigError(f"nll needs windows x and targets y of one shape [W, T], got {x.shape} and {y.shape}")
         check_ids(x, self.model_config.vocab_size), check_ids(y, self.model_config.vocab_size)
         b, n = self.train_config.eval_batch, len(x)
         weights = None if weights is None else np.asarray(weights, np.float32)
@@ -235,6 +265,13 @@ class Engine:
         sharding = NamedSharding(self.mesh, P())
         return jax.tree.map(lambda a: a if getattr(a, "sharding", None) == sharding else jax.device_put(a, sharding),
                             state)
+
+
+def _live(state) -> None:
+    """A state whose buffers a step already consumed is refused in one line (JAX's own error is deep)."""
+    if any(isinstance(a, jax.Array) and a.is_deleted() for a in jax.tree.leaves(state)):
+        raise ConfigError("this state was consumed by an earlier step (its buffers are donated to the step); "
+                          "go on with the state that step returned")
 
 
 def in_batches(n: int, batch: int) -> list[np.ndarray]:
