@@ -34,9 +34,18 @@ def _whole_numbers(config, names) -> None:
             object.__setattr__(config, name, int(value))
 
 
+INT32_MAX = 2**31 - 1                    # steps, positions and counts live in int32 arrays
+FLOAT32_TINY, FLOAT32_MAX = 1.1754943508222875e-38, 3.4028234663852886e38
+
+
 def _whole(value) -> bool:
-    """A positive whole number, not a bool (True is an int to Python, never a layer count)."""
-    return isinstance(value, int) and not isinstance(value, bool) and value > 0
+    """A positive whole number an int32 holds, not a bool (True is an int to Python, never a layer count)."""
+    return isinstance(value, int) and not isinstance(value, bool) and 0 < value <= INT32_MAX
+
+
+def _positive32(value) -> bool:
+    """A positive number float32 holds as one: 1e-320 is 0 there, 1e39 is inf."""
+    return _finite(value) and FLOAT32_TINY <= value <= FLOAT32_MAX
 
 
 def _finite(value) -> bool:
@@ -93,23 +102,23 @@ class ModelConfig:
         need(self.norm in NORMS, f"norm={self.norm!r}; choose 'pre' or 'post'")
         need(self.init in INITS, f"init={self.init!r}; choose 'torch' or 'gpt2'")
         for name in ("vocab_size", "context", "d_model", "n_layers", "n_heads", "ff_mult"):
-            need(_whole(getattr(self, name)), f"{name}={getattr(self, name)!r} must be a positive integer")
+            need(_whole(getattr(self, name)), f"{name}={getattr(self, name)!r} must be a positive integer up to 2**31 - 1")
         need(self.max_positions is None or _whole(self.max_positions),
-             f"max_positions={self.max_positions!r} must be a positive integer (or None for context)")
+             f"max_positions={self.max_positions!r} must be a positive integer up to 2**31 - 1 (or None for context)")
         need(_finite(self.dropout) and 0.0 <= self.dropout < 1.0,
              f"dropout={self.dropout!r} must be a number in [0, 1) (the probability of dropping)")
         # LayerNorm divides by sqrt(var + ln_eps): 0 divides a constant vector by zero and a
         # negative one takes the root of a negative number, both NaN at the first step.
-        need(_finite(self.ln_eps) and self.ln_eps > 0,
+        need(_positive32(self.ln_eps),
              f"ln_eps={self.ln_eps!r} must be a finite positive number (LayerNorm's variance floor, e.g. 1e-5)")
         # RoPE's frequencies are rope_base ** (-2i/d): 0 or a negative base gives inf or NaN.
-        need(_finite(self.rope_base) and self.rope_base > 0,
+        need(_positive32(self.rope_base),
              f"rope_base={self.rope_base!r} must be a finite positive number (RoPE's frequency base, e.g. 10000)")
         if self.mixer == "heads" and self.d_head is None:
             need(self.d_model % self.n_heads == 0,
                  f"d_model={self.d_model} is not divisible by n_heads={self.n_heads}; "
                  "pick a multiple or set d_head")
-        need(self.d_head is None or _whole(self.d_head), f"d_head={self.d_head!r} must be a positive integer")
+        need(self.d_head is None or _whole(self.d_head), f"d_head={self.d_head!r} must be a positive integer up to 2**31 - 1")
         if self.positions == "rope":
             need(self.mixer in ("head", "heads"), "positions='rope' rotates queries and keys; it needs mixer 'head' or 'heads'")
             need(self.head_dim % 2 == 0, f"positions='rope' needs an even d_head, got {self.head_dim}")
@@ -120,7 +129,7 @@ class ModelConfig:
                  f"max_positions={self.max_positions} is smaller than context={self.context}")
         need(self.attention in ATTENTIONS, f"attention={self.attention!r}; choose one of {', '.join(ATTENTIONS)}")
         need(self.dtype in DTYPES, f"dtype={self.dtype!r}; choose one of {', '.join(DTYPES)}")
-        need(_whole(self.attention_chunk), f"attention_chunk={self.attention_chunk!r} must be a positive integer")
+        need(_whole(self.attention_chunk), f"attention_chunk={self.attention_chunk!r} must be a positive integer up to 2**31 - 1")
         if self.attention == "chunked":
             need(self.positions != "alibi", "attention='chunked' adds no bias to its scores, so it cannot do "
                  "positions='alibi'; use attention='reference', 'causal_halves' or 'fused'")
@@ -178,7 +187,8 @@ class TrainConfig:
 
         # The float fields first, each a finite number: a nan or inf learning rate (or
         # decay, or clip) trains without complaint and turns every weight into NaN.
-        need(_finite(self.lr) and self.lr > 0, f"lr={self.lr!r} must be a finite positive number (e.g. 1e-3)")
+        need(_positive32(self.lr), f"lr={self.lr!r} must be a finite positive number that float32 holds (from "
+                                   f"{FLOAT32_TINY:.3g} to {FLOAT32_MAX:.3g}; e.g. 1e-3)")
         for name in ("weight_decay", "grad_clip"):
             value = getattr(self, name)
             need(_finite(value) and value >= 0, f"{name}={value!r} must be a finite number >= 0 (0 = off)")
@@ -190,10 +200,10 @@ class TrainConfig:
         counts = ("steps", "batch_size", "log_every", "checkpoint_every", "train_eval_windows", "eval_batch")
         _whole_numbers(self, counts + ("warmup_steps", "eval_every"))
         for name in counts:
-            need(_whole(getattr(self, name)), f"{name}={getattr(self, name)!r} must be a positive integer")
+            need(_whole(getattr(self, name)), f"{name}={getattr(self, name)!r} must be a positive integer up to 2**31 - 1")
         for name in ("warmup_steps", "eval_every"):
             value = getattr(self, name)
-            need(value == 0 or _whole(value), f"{name}={value!r} must be a whole number >= 0")
+            need(value == 0 or _whole(value), f"{name}={value!r} must be a whole number from 0 to 2**31 - 1")
         if self.schedule not in ("constant", "cosine"):
             raise ConfigError(f"invalid TrainConfig: schedule={self.schedule!r}; choose 'constant' or 'cosine'")
         if not (_finite(self.min_lr_ratio) and 0 <= self.min_lr_ratio <= 1):

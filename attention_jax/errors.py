@@ -30,6 +30,11 @@ def hush_unraisable(expected) -> None:
     sys.unraisablehook = hushed
 
 
+def note(message: str) -> None:
+    """One line on stderr saying what was done about something found (a damaged file, say): not an error."""
+    print(f"note: {message}", file=sys.stderr, flush=True)
+
+
 class UserError(Exception):
     """Base class: bad input from the user, not a bug in the library."""
 

@@ -118,6 +118,8 @@ def main(argv: list[str] | None = None) -> int:
         names = cli.choose_names(args.only, available(), "experiment")
         skip = set(cli.choose_names(args.skip, available(), "experiment")) if args.skip else set()
         names = [n for n in names if n not in skip]
+        if not names:     # and an empty REPORT.md must not replace the last one
+            raise cli.ConfigError("--only and --skip leave no experiment to run; drop one of them")
         out = cli.results_folder(args.out, "all").parent
     except UserError as e:
         return cli.report_error(e)

@@ -11,7 +11,6 @@ uncached path is timed at a few positions spread over the same range.
 """
 from __future__ import annotations
 
-import dataclasses
 import time
 
 import numpy as np
@@ -133,7 +132,7 @@ def run(ctx) -> Result:
     title = f"greedy decoding, batch 1, prompt {PROMPT}, random weights ({ctx.preset} preset)"
     table = report.format_table(columns, rows)
     return Result(rows=rows, claims=claims(rows), config=dict(p, prompt=PROMPT),
-                  tables={f"ms per token, median over the steps (a model's new tokens stop at its context)": table},
+                  tables={"ms per token, median over the steps (a model's new tokens stop at its context)": table},
                   figures={"ms_per_token.png": figure(rows, title)})
 
 

@@ -100,3 +100,11 @@ def test_without_torch_everything_else_runs_and_the_two_it_skips_say_what_to_ins
         assert f"skipped {name}: it needs PyTorch" in out and "pip install -e '.[test]'" in out
         assert f"**{name}** was not run: it needs PyTorch" in (tmp_path / "REPORT.md").read_text()
     assert (tmp_path / "averaging" / "results.json").exists() and not (tmp_path / "parity").exists()
+
+
+def test_only_and_skip_leaving_nothing_is_one_line_and_keeps_the_last_report(tmp_path, capsys):
+    (tmp_path / "REPORT.md").write_text("the last report")
+    assert everything.main(["--preset", "smoke", "--only", "averaging", "--skip", "averaging",
+                            "--out", str(tmp_path)]) == 2
+    assert "leave no experiment to run" in capsys.readouterr().err
+    assert (tmp_path / "REPORT.md").read_text() == "the last report"

@@ -152,3 +152,15 @@ def test_a_run_from_the_api_writes_where_it_is_told_or_to_a_temporary_folder(tmp
     assert f"results: {result.folder}" in capsys.readouterr().out
     kept = averaging.EXPERIMENT(preset="smoke", out=str(tmp_path / "mine"))
     assert kept.folder == tmp_path / "mine" / "averaging" and (kept.folder / "results.json").exists()
+
+
+def test_a_coordinator_nobody_answers_stops_the_run_in_one_line(tmp_path, capsys):
+    import socket
+    from experiments import ladder
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    code = ladder.main(["--preset", "smoke", "--out", str(tmp_path), "--coordinator", f"127.0.0.1:{port}",
+                        "--num-processes", "2", "--process-id", "1", "--connect-timeout", "1"])
+    err = capsys.readouterr().err.strip()
+    assert code == 2 and len(err.splitlines()) == 1 and f"no coordinator answered at 127.0.0.1:{port}" in err

@@ -147,3 +147,10 @@ def test_the_table_is_float32_products_on_every_backend(monkeypatch, backend, in
     with M.float32_products():
         assert jax.config.jax_default_matmul_precision == (inside or before)
     assert jax.config.jax_default_matmul_precision == before
+
+
+def test_a_memory_budget_that_leaves_no_slope_is_one_line_not_claims_failing_on_nan(tmp_path, capsys):
+    code = complexity.main(["--preset", "smoke", "--out", str(tmp_path), "--memory-budget-mb", "1"])
+    err = capsys.readouterr().err.strip()
+    assert code == 2 and len(err.splitlines()) == 1 and "--memory-budget-mb 1 leaves" in err and "raise it" in err
+    assert not (tmp_path / "complexity" / "results.json").exists()

@@ -261,3 +261,15 @@ def test_numpy_integers_from_a_sweep_are_stored_as_ints():
     for field, value in (("steps", 2.5), ("eval_every", True), ("warmup_steps", -1)):
         with pytest.raises(ConfigError, match=f"{field}="):
             TrainConfig(**{field: value})
+
+
+def test_numbers_float32_or_int32_cannot_hold_are_refused_like_zero():
+    from attention_jax.config import TrainConfig
+    for bad in (1e-320, 1e-39, 1e39):
+        with pytest.raises(ConfigError, match="float32 holds"):
+            TrainConfig(lr=bad)
+    with pytest.raises(ConfigError, match=r"up to 2\*\*31 - 1"):
+        TrainConfig(steps=99999999999999999999)
+    with pytest.raises(ConfigError, match="ln_eps"):
+        ModelConfig(ln_eps=1e-50)
+    assert TrainConfig(lr=1e-30).lr == 1e-30 and TrainConfig(steps=2**31 - 1).steps == 2**31 - 1

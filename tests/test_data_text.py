@@ -58,3 +58,11 @@ def test_a_byte_past_the_sniffed_head_that_is_not_utf8_is_still_refused(tmp_path
     path.write_bytes(b"plain text, then \xff")
     with pytest.raises(DataError, match="not UTF-8 text \\(byte 17 cannot be decoded\\)"):
         check_text_file(path)
+
+
+def test_a_pipe_is_not_a_missing_file(tmp_path):
+    import os
+    fifo = tmp_path / "corpus.fifo"
+    os.mkfifo(fifo)
+    with pytest.raises(DataError, match="not a regular file"):
+        check_text_file(fifo)

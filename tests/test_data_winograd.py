@@ -162,3 +162,6 @@ def test_missing_file_and_cross_file_clashes(tmp_path):
         wg.make_task(wg.load_spec(write(tmp_path, "plain.txt", "cat\ndog\n")), leaky=True)
     with pytest.raises(ConfigError, match="template"):
         wg.WinogradSpec(template="the {x} saw the {y} .")
+    braces = write(tmp_path, "braces.txt", "cat\n{ref}\n")          # a slot marker as a noun
+    with pytest.raises(DataError, match="holds a brace"):
+        wg.load_spec(braces)

@@ -144,11 +144,27 @@ def test_a_learning_rate_that_diverges_stops_the_row_in_one_line_and_caches_noth
 
 
 def test_a_second_run_on_the_same_out_is_refused_while_the_first_holds_it(tmp_path, capsys):
+    """By any path to the folder: as typed, through a symlink, through `..`."""
     from experiments.harness import cli
-    with cli.exclusive(tmp_path / "ladder"):
-        assert ladder.main([*SMOKE, "--rows", "no_context", "--out", str(tmp_path)]) == 2
+    (tmp_path / "real").mkdir()
+    (tmp_path / "link").symlink_to(tmp_path / "real")
+    with cli.exclusive(tmp_path / "real" / "ladder"):
+        for out in (tmp_path / "real", tmp_path / "link", tmp_path / "real" / ".." / "link"):
+            assert ladder.main([*SMOKE, "--rows", "no_context", "--out", str(out)]) == 2
+            err = capsys.readouterr().err.strip()
+            assert err.startswith("error: another run is writing into") and len(err.splitlines()) == 1, err
+
+
+def test_a_folder_that_cannot_hold_the_lock_or_a_name_too_long_is_one_line(tmp_path, capsys):
+    from experiments.harness import cli
+    (tmp_path / "ladder").mkdir()
+    (tmp_path / "ladder" / cli.LOCK_FILE).mkdir()                 # something else where the lock goes
+    assert ladder.main([*SMOKE, "--rows", "no_context", "--out", str(tmp_path)]) == 2
     err = capsys.readouterr().err.strip()
-    assert err.startswith("error: another run is writing into") and len(err.splitlines()) == 1
+    assert err.startswith("error: cannot hold") and len(err.splitlines()) == 1, err
+    assert ladder.main([*SMOKE, "--rows", "no_context", "--out", str(tmp_path / ("x" * 300))]) == 2
+    err = capsys.readouterr().err.strip()
+    assert err.startswith("error: --out") and "name too long" in err.lower() and len(err.splitlines()) == 1, err
 
 
 @pytest.mark.slow

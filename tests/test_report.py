@@ -31,3 +31,14 @@ def test_no_figure_of_a_smoke_run_has_a_blank_panel(tmp_path):
         result = experiment(preset="smoke", out=str(tmp_path))
         assert {name: report.empty_axes(fig) for name, fig in result.figures.items()
                 if report.empty_axes(fig)} == {}
+
+
+def test_results_are_written_readable_by_others_as_the_umask_allows(tmp_path):
+    import os
+    import stat
+    old = os.umask(0o022)
+    try:
+        report.atomic_write(tmp_path / "results.json", "{}")
+    finally:
+        os.umask(old)
+    assert stat.S_IMODE((tmp_path / "results.json").stat().st_mode) == 0o644

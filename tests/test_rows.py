@@ -130,8 +130,8 @@ def test_a_damaged_or_foreign_record_is_retrained_saying_why(tmp_path, damage):
     assert (again["train_ppl"], again["val_ppl"]) == (first["train_ppl"], first["val_ppl"])   # resumed, not guessed
 
 
-def test_a_record_written_before_digests_is_still_trusted(trained, tmp_path):
-    """Records from before 2026-12-01 carry no digest: served as before (their checks still apply)."""
+def test_a_record_without_a_digest_is_trained_again_not_trusted(trained, tmp_path, capsys):
+    """Its figures could have been edited by anyone: the row is trained again (from its checkpoint)."""
     import shutil
     out, record = trained
     folder = tmp_path / "ladder"
@@ -145,4 +145,6 @@ def test_a_record_written_before_digests_is_still_trusted(trained, tmp_path):
     task = text_task(train_split, val, batch_size=tc.batch_size, context=cfg.context,
                      train_eval_windows=tc.train_eval_windows)
     again = rows.train_row(ROW, cfg, tc, task, preset="smoke", seeds=[0], folder=folder, progress=False)
-    assert again["cached"] and again["final"] == record["final"] and "digest" not in again
+    assert not again["cached"] and again["final"] == record["final"]          # recomputed, the same figures
+    assert "is damaged or belongs to another row; training it again" in capsys.readouterr().err
+    assert len(json.loads(path.read_text())["digest"]) == 64                 # and written with its digest

@@ -6,6 +6,7 @@ and a damaged step set aside for the one before it.
 import dataclasses
 import hashlib
 import json
+import shutil
 
 import jax
 import jax.numpy as jnp
@@ -73,12 +74,11 @@ def test_checkpoint_of_another_configuration_is_refused(tmp_path, engine):
         assert "delete that folder or choose another --out" in message
     # The refused runs left the checkpoint and its fingerprint as they were.
     assert run(engine=engine(), workdir=work).final == first.final
-    # Without a fingerprint, orbax's own structure check still refuses another model.
+    # Without a fingerprint, each step still names the run that saved it: another model's run sets
+    # it aside and trains afresh.
     (work / "run.json").unlink()
-    with pytest.raises(CheckpointError) as info:
-        run(dataclasses.replace(MC, n_layers=2), workdir=work)
-    message = one_line(info.value)
-    assert folder in message and f"step {TC.steps}" in message and "delete that folder" in message
+    other = run(dataclasses.replace(MC, n_layers=2), workdir=work)
+    assert other.resumed_from == 0 and (work / "damaged" / str(TC.steps)).is_dir()
     # resume=False is the way out: the old checkpoint is dropped and training starts at 0.
     fresh = run(engine=engine(), seeds=[1], workdir=work, resume=False)
     assert fresh.resumed_from == 0
@@ -86,7 +86,7 @@ def test_checkpoint_of_another_configuration_is_refused(tmp_path, engine):
     assert [r["step"] for r in records if "val_ppl" in r] == [TC.steps]   # the old run's lines are gone
 
 
-def test_the_fingermade_bynames_the_model_the_training_the_seeds_and_the_task():
+def test_the_fingerprint_names_the_model_the_training_the_seeds_and_the_task():
     got = fingerprint(MC, TC, (np.int64(0), 3), {"corpus": "mine"})
     assert got == {"model": MC.to_dict(), "train": dataclasses.asdict(TC), "seeds": [0, 3], "task": {"corpus": "mine"}}
     assert json.loads(json.dumps(got)) == got                          # what run.json holds, as it is
@@ -121,8 +121,9 @@ def test_a_saved_state_restores_and_a_damaged_step_is_set_aside_for_the_one_befo
     reopened.close()
     # A checksum that does not match (as a flipped bit would leave it): step 4 is set aside, step 2 used.
     sums = json.loads((tmp_path / "checksums.json").read_text())
-    assert sorted(sums) == ["2", "4"] and sums["4"] == state_digest(tiny_state(4))
-    sums["4"] = "0" * 64
+    assert sorted(sums) == ["2", "4"] and sums["4"]["state"] == state_digest(tiny_state(4))
+    assert sums["4"]["run"] == reopened.run                              # and the run that saved it
+    sums["4"]["state"] = "0" * 64
     (tmp_path / "checksums.json").write_text(json.dumps(sums))
     damaged = Checkpoints(tmp_path, 2, made_by, resume=True)
     step, state = damaged.restore(abstract)
@@ -151,3 +152,43 @@ def test_a_folder_made_by_another_configuration_is_refused_and_left_as_it_was(tm
     fresh = Checkpoints(tmp_path, 2, fingerprint(MC, TC, [1]), resume=False)   # the way out: start again
     assert fresh.latest_step() is None and json.loads((tmp_path / "run.json").read_text())["seeds"] == [1]
     fresh.close()
+
+
+def test_a_step_from_another_run_or_past_this_runs_end_is_not_resumed(tmp_path, capsys):
+    """A longer run's checkpoints and checksums copied in: its steps are past this run's 6 steps."""
+    longer, short = fingerprint(MC, dataclasses.replace(TC, steps=12), [0]), fingerprint(MC, dataclasses.replace(TC, steps=6), [0])
+    theirs = Checkpoints(tmp_path / "theirs", 4, longer, resume=True)
+    for step in (8, 12):
+        theirs.save(step, tiny_state(step))
+    theirs.close()
+    ours = tmp_path / "ours"
+    Checkpoints(ours, 2, short, resume=True).close()                   # this row's run.json
+    for part in ("checkpoints", "checksums.json"):
+        src = tmp_path / "theirs" / part
+        if src.is_dir():
+            shutil.copytree(src, ours / part, dirs_exist_ok=True)
+        else:
+            shutil.copy(src, ours / part)
+    ckpt = Checkpoints(ours, 2, short, resume=True)
+    assert ckpt.restore(jax.eval_shape(lambda: tiny_state(0.0))) == (0, None)
+    assert "past this run's 6 steps" in capsys.readouterr().err
+    ckpt.close()
+    (ours / "checksums.json").write_text("{not json")                     # and a garbage checksums file
+    mine = Checkpoints(ours, 2, short, resume=True)
+    mine.save(2, tiny_state(2))
+    (ours / "checksums.json").write_text("{not json")
+    again = Checkpoints(ours, 2, short, resume=True)
+    assert again.restore(jax.eval_shape(lambda: tiny_state(0.0))) == (0, None)
+    assert "checksums.json is damaged, so no checkpoint can be vouched for" in capsys.readouterr().err
+
+
+def test_a_full_disk_during_a_save_is_one_line(tmp_path, monkeypatch):
+    import errno
+    ckpt = Checkpoints(tmp_path, 2, fingerprint(MC, TC, [0]), resume=True)
+
+    def full(*a, **kw):
+        raise RuntimeError("orbax failed") from OSError(errno.ENOSPC, "No space left on device")
+    monkeypatch.setattr(ckpt.manager, "save", full)
+    with pytest.raises(CheckpointError, match="the disk is full: checkpoint step 2 could not be written") as err:
+        ckpt.save(2, tiny_state(2))
+    one_line(err.value)

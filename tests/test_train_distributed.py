@@ -33,10 +33,14 @@ def test_the_coordinator_and_the_counts_are_handed_to_jax_as_given(monkeypatch):
     started, updated = [], []
     monkeypatch.setattr(jax.distributed, "initialize", lambda *a, **kw: started.append((a, kw)))
     monkeypatch.setattr(jax.config, "update", lambda *a: updated.append(a))   # leave this process's settings alone
-    assert distributed.initialize("127.0.0.1:9", 2, 1) is True
-    assert started == [(("127.0.0.1:9",), {"num_processes": 2, "process_id": 1})]
+    waited = []
+    monkeypatch.setattr(distributed, "_wait_for", lambda address, timeout: waited.append((address, timeout)))
+    assert distributed.initialize("127.0.0.1:9", 2, 1, timeout=7) is True
+    assert started == [(("127.0.0.1:9",), {"num_processes": 2, "process_id": 1, "initialization_timeout": 7})]
+    assert waited == [("127.0.0.1:9", 7)]                                     # process 1 waits for process 0
     assert updated == [("jax_cpu_collectives_implementation", "gloo")]       # CPU processes talk over TCP
-    assert distributed.initialize(auto=True) is True and started[-1] == ((), {})   # JAX finds all three
+    assert distributed.initialize("127.0.0.1:9", 2, 0) is True and len(waited) == 1   # process 0 is the coordinator
+    assert distributed.initialize(auto=True) is True and started[-1] == ((), {"initialization_timeout": 60})
 
 
 def test_one_process_writes_and_reads_its_arrays_back_whole():
@@ -214,3 +218,19 @@ def test_a_preemption_notice_saves_one_agreed_step_on_every_process_and_stops(tm
     assert step in got[0]["saved"] and "rerun the same command" in got[0]["message"]
     assert got[0]["resumed_from"] == got[1]["resumed_from"] == step
     assert got[0]["final"] == got[1]["final"]
+
+
+def test_a_coordinator_nobody_listens_at_is_one_line_within_the_deadline():
+    import socket
+    import time
+    from attention_jax.errors import ConfigError
+    from attention_jax.train.distributed import _wait_for
+    with socket.socket() as s:                     # a port that was free a moment ago: nobody listens there
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    t = time.monotonic()
+    with pytest.raises(ConfigError, match=f"no coordinator answered at 127.0.0.1:{port} within 1 s"):
+        _wait_for(f"127.0.0.1:{port}", 1.0)
+    assert time.monotonic() - t < 5
+    with pytest.raises(ConfigError, match="is not HOST:PORT"):
+        _wait_for("nowhere", 1.0)

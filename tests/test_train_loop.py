@@ -275,3 +275,17 @@ def test_fit_refuses_seeds_the_engine_was_not_built_for_before_any_work(tmp_path
         run(engine=eng, seeds=(0, 1), workdir=tmp_path / "run")
     assert one_line(info.value) == "2 seed(s) for an engine built for 1; build it with Engine(..., n_seeds=2)"
     assert not (tmp_path / "run").exists()
+
+
+def test_a_finished_run_reopened_keeps_every_step_and_edited_metrics_retrain_it(tmp_path, capsys):
+    first = run(workdir=tmp_path)
+    again = run(workdir=tmp_path)                                   # resumed at its last step: nothing to train
+    assert again.resumed_from == TC.steps and [m["step"] for m in again.train_log] == list(range(1, TC.steps + 1))
+    assert again.train_log == first.train_log and again.history == first.history
+    lines = (tmp_path / "metrics.jsonl").read_text().splitlines()
+    record = json.loads(lines[0])
+    record["loss"] = [0.001]                                         # an edited figure in still-valid JSON
+    (tmp_path / "metrics.jsonl").write_text("\n".join([json.dumps(record), *lines[1:]]) + "\n")
+    redone = run(workdir=tmp_path)
+    assert redone.resumed_from == 0 and "changed since step" in capsys.readouterr().err
+    assert redone.train_log[0]["loss"] == first.train_log[0]["loss"] != [0.001]

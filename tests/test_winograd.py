@@ -203,3 +203,10 @@ def test_own_word_lists_drive_the_rows(tmp_path):
     assert row["book"] is None and not results["config"]["book_figures"]
     assert row["task"]["words"] == winograd.spec_identity(t.spec, leaky=False)["words"]
     assert [c["claim"] for c in results["claims"]] == [winograd.claims({"clean_average": row})[0]["claim"]]
+
+
+def test_a_width_the_heads_cannot_split_is_refused_before_any_row_trains(tmp_path, capsys):
+    code = winograd.main([*SMOKE, "--width", "3", "--out", str(tmp_path)])
+    err = capsys.readouterr().err.strip()
+    assert code == 2 and len(err.splitlines()) == 1 and "d_model=3 is not divisible by n_heads=4" in err
+    assert not (tmp_path / "winograd" / "rows").exists()

@@ -65,6 +65,16 @@ def cache_dir() -> pathlib.Path:
     return folder
 
 
+def new_file(folder: pathlib.Path, prefix: str) -> tuple[int, str]:
+    """A temporary file beside its final name (renamed over it when written), readable as any file
+    this user creates (umask permitting): mkstemp's own 0600 would hide shared results from others."""
+    fd, tmp = tempfile.mkstemp(dir=folder, prefix=prefix, suffix=".tmp")
+    mask = os.umask(0)
+    os.umask(mask)
+    os.fchmod(fd, 0o666 & ~mask)
+    return fd, tmp
+
+
 def sha256_file(path: pathlib.Path) -> str:
     """Hex sha256 of a file, read in chunks so a wrong multi-GB path cannot exhaust memory."""
     digest = hashlib.sha256()
@@ -178,7 +188,7 @@ def _download(target: pathlib.Path) -> pathlib.Path:
             f"downloaded {CORPUS_URL} has sha256 {actual}, expected {CORPUS_SHA256}; "
             f"provide a good copy: {_ways()}"
         )
-    fd, tmp = tempfile.mkstemp(dir=target.parent, prefix=".corpus-", suffix=".tmp")
+    fd, tmp = new_file(target.parent, ".corpus-")
     try:
         with os.fdopen(fd, "wb") as handle:
             handle.write(payload)

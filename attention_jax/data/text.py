@@ -35,7 +35,8 @@ def check_text_file(path) -> CorpusInfo:
     """A readable, non-empty UTF-8 text file, or one `DataError` line saying what is wrong with it."""
     p = pathlib.Path(path).expanduser()
     if not p.is_file():
-        what = "a folder, not a file" if p.is_dir() else "no such file"
+        what = ("a folder, not a file" if p.is_dir() else "not a regular file (a pipe, device or socket)"
+                if p.exists() else "no such file")
         raise DataError(f"--corpus {path}: {what}; give the path of a UTF-8 text file")
     try:
         size = p.stat().st_size

@@ -15,12 +15,11 @@ import json
 import os
 import pathlib
 import sys
-import tempfile
 
 import numpy as np
 import tokenizers
 
-from attention_jax.data.corpus import cache_dir, sha256_file
+from attention_jax.data.corpus import cache_dir, new_file, sha256_file
 from attention_jax.errors import ConfigError, DataError
 
 TOKENIZER_FILE = "tokenizer.json"
@@ -46,7 +45,7 @@ def _folder(corpus: pathlib.Path, vocab_size: int, cache: pathlib.Path | None) -
 
 def _atomic_write(target: pathlib.Path, write) -> None:
     """Call write(tmp_path) on a sibling temp file, then rename it over `target`."""
-    fd, tmp = tempfile.mkstemp(dir=target.parent, prefix=f".{target.name}-", suffix=".tmp")
+    fd, tmp = new_file(target.parent, f".{target.name}-")
     os.close(fd)
     try:
         write(tmp)

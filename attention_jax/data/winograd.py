@@ -73,6 +73,9 @@ class WinogradSpec:
             if not word or any(c.isspace() for c in word) or word in seen:
                 raise DataError(f"{role} {word!r} is empty, has whitespace, or is already a "
                                 f"{seen.get(word, role)} word; rename it in the nouns/adjectives file")
+            if "{" in word or "}" in word:     # a slot marker as a word would be filled in every sentence
+                raise DataError(f"{role} {word!r} holds a brace, which marks the template's slots; "
+                                "rename it in the nouns/adjectives file")
             seen[word] = role
         if len(self.nouns) < 2 or {s for _, s in self.adjectives} != {"x", "y"}:
             raise DataError("the task needs at least 2 nouns and at least one 'x' and one 'y' adjective; "

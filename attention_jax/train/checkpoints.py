@@ -18,8 +18,6 @@ import json
 import os
 import pathlib
 import shutil
-import sys
-import tempfile
 from typing import Any
 
 import jax
@@ -27,7 +25,8 @@ import jax.numpy as jnp
 import numpy as np
 import orbax.checkpoint as ocp
 
-from attention_jax.errors import CheckpointError, hush_unraisable
+from attention_jax.data.corpus import new_file
+from attention_jax.errors import CheckpointError, hush_unraisable, note
 from attention_jax.train.distributed import barrier, is_writer, to_host
 
 KEEP = 2   # the latest step and one to fall back to
@@ -57,8 +56,18 @@ def _read_json(path: pathlib.Path):
         return None
 
 
-def _note(message: str) -> None:
-    print(f"note: {message}", file=sys.stderr, flush=True)
+def _disk_full(error: BaseException) -> str | None:
+    """The OS's words when an error (or one it wraps) is a full disk or quota, else None."""
+    import errno
+    seen = set()
+    while error is not None and id(error) not in seen:
+        seen.add(id(error))
+        if isinstance(error, OSError) and error.errno in (errno.ENOSPC, errno.EDQUOT):
+            return error.strerror or str(error)
+        if "No space left on device" in str(error):
+            return "No space left on device"
+        error = error.__cause__ or error.__context__
+    return None
 
 
 def _orbax_echo(unraisable) -> bool:
@@ -81,7 +90,7 @@ class Checkpoints:
         if resume and meta.exists() and self.dir.exists():
             stored = _read_json(meta)
             if stored is None:
-                _note(f"{meta} is damaged: the checkpoint beside it cannot be vouched for; starting afresh")
+                note(f"{meta} is damaged: the checkpoint beside it cannot be vouched for; starting afresh")
                 resume = False
             elif stored != fingerprint:
                 raise CheckpointError(f"the checkpoint in {self.dir} was made by another configuration; "
@@ -93,7 +102,12 @@ class Checkpoints:
             workdir.mkdir(parents=True, exist_ok=True)
             meta.write_text(json.dumps(fingerprint, indent=1, sort_keys=True))
         barrier(f"checkpoints {workdir}")
+        # Each saved step names the run that made it and how far that run meant to go: a step
+        # copied from another run, or past this run's end, is not resumed.
+        self.run = hashlib.sha256(json.dumps(fingerprint, sort_keys=True).encode()).hexdigest()[:16]
+        self.planned = fingerprint.get("train", {}).get("steps")
         sums = _read_json(self.sums_file)
+        self.sums_damaged = self.sums_file.exists() and not isinstance(sums, dict)
         self.sums = {str(k): v for k, v in sums.items()} if isinstance(sums, dict) else {}
         # Which steps are saved is `due`'s decision alone (every `every` steps, and a preemption
         # notice), and `save` always forces: orbax's default policy would also save the first
@@ -106,24 +120,37 @@ class Checkpoints:
         self.preempted = False     # set by `due` when a preemption notice (not the interval) asks for the save
 
     def restore(self, abstract_state) -> tuple[int, Any]:
-        """(step, state) of the latest intact checkpoint, or (0, None) to start afresh."""
+        """(step, state) of the latest intact checkpoint of this run, or (0, None) to start afresh."""
         hush_unraisable(_orbax_echo)
         steps = sorted(self.manager.all_steps(), reverse=True)
+        self.restored = None
         for i, step in enumerate(steps):
-            try:
-                state = self.manager.restore(step, args=ocp.args.StandardRestore(abstract_state))
-                problem = None if state_digest(state) == self.sums.get(str(step)) else "its checksum does not match"
-            except Exception as e:  # orbax raises many kinds, on a structure mismatch as on damaged bytes
-                if not self.known:
-                    raise CheckpointError(f"cannot restore {self.dir} (step {step}): it does not match this model "
-                                          f"({type(e).__name__}); delete that folder to start again") from None
-                problem = f"it cannot be read ({type(e).__name__})"
+            entry = self.sums.get(str(step))
+            entry = {"state": entry} if isinstance(entry, str) else entry if isinstance(entry, dict) else {}
+            problem = ("checksums.json is damaged, so no checkpoint can be vouched for" if self.sums_damaged else
+                       f"it is past this run's {self.planned} steps (another run's)" if self.planned and step > self.planned
+                       else "it was saved by another run" if entry.get("run", self.run) != self.run else None)
             if problem is None:
+                try:
+                    state = self.manager.restore(step, args=ocp.args.StandardRestore(abstract_state))
+                    problem = None if state_digest(state) == entry.get("state") else "its checksum does not match"
+                except Exception as e:  # orbax raises many kinds, on a structure mismatch as on damaged bytes
+                    if not self.known:
+                        raise CheckpointError(f"cannot restore {self.dir} (step {step}): it does not match this "
+                                              f"model ({type(e).__name__}); delete that folder to start again") from None
+                    problem = f"it cannot be read ({type(e).__name__})"
+            if problem is None:
+                self.restored = entry
                 return step, state
             earlier = f"falling back to step {steps[i + 1]}" if i + 1 < len(steps) else "starting afresh"
             aside = self.set_aside(step)
-            _note(f"checkpoint step {step} in {self.dir} is damaged: {problem}; {earlier} (moved to {aside})")
+            note(f"checkpoint step {step} in {self.dir} is damaged: {problem}; {earlier} (moved to {aside})")
         return 0, None
+
+    def discard(self) -> None:
+        """Set every saved step aside: the run starts again from nothing."""
+        for step in list(self.manager.all_steps()):
+            self.set_aside(step)
 
     def set_aside(self, step: int) -> pathlib.Path:
         """Move a damaged step out of orbax's folder, so training can save that step again (orbax
@@ -153,12 +180,39 @@ class Checkpoints:
         self.preempted = any([self.manager.reached_preemption(s) for s in range(since or step, step + 1)])
         return interval or self.preempted
 
-    def save(self, step: int, state) -> None:
-        """Save `state` as `step` (whether to is `due`'s to say): orbax, then its checksum (process 0)."""
-        if self.manager.save(step, args=ocp.args.StandardSave(state), force=True) and is_writer():
+    def metrics_intact(self, metrics_file: pathlib.Path | None) -> bool:
+        """Whether the metrics file still begins with what was logged when the restored step was saved
+        (a run's curves are rebuilt from it); True when that save recorded none."""
+        seen = (self.restored or {}).get("metrics")
+        if not seen or metrics_file is None:
+            return True
+        try:
+            with open(metrics_file, "rb") as f:
+                head = f.read(seen["bytes"])
+        except OSError:
+            return False
+        return len(head) == seen["bytes"] and hashlib.sha256(head).hexdigest() == seen["sha256"]
+
+    def save(self, step: int, state, metrics_file: pathlib.Path | None = None) -> None:
+        """Save `state` as `step` (whether to is `due`'s to say): orbax, then its checksum, the run that
+        made it and the digest of the metrics logged so far (process 0)."""
+        try:
+            saved = self.manager.save(step, args=ocp.args.StandardSave(state), force=True)
+        except Exception as e:
+            full = _disk_full(e)
+            if full is None:
+                raise
+            raise CheckpointError(f"the disk is full: checkpoint step {step} could not be written to {self.dir} "
+                                  f"({full}); free some space and rerun the same command (finished rows are kept)"
+                                  ) from None
+        if saved and is_writer():
             self.sums = {k: v for k, v in self.sums.items() if int(k) in self.manager.all_steps()}
-            self.sums[str(step)] = state_digest(state)
-            fd, tmp = tempfile.mkstemp(dir=self.sums_file.parent, prefix=f".{self.sums_file.name}.", suffix=".tmp")
+            entry = {"state": state_digest(state), "run": self.run}
+            if metrics_file is not None and metrics_file.exists():
+                logged = metrics_file.read_bytes()
+                entry["metrics"] = {"bytes": len(logged), "sha256": hashlib.sha256(logged).hexdigest()}
+            self.sums[str(step)] = entry
+            fd, tmp = new_file(self.sums_file.parent, f".{self.sums_file.name}.")
             with os.fdopen(fd, "w") as f:
                 f.write(json.dumps(self.sums, indent=1))
             os.replace(tmp, self.sums_file)

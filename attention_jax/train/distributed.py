@@ -17,19 +17,45 @@ from __future__ import annotations
 import jax
 import numpy as np
 
+from attention_jax.errors import ConfigError
+
 
 def initialize(coordinator: str | None = None, num_processes: int | None = None, process_id: int | None = None,
-               *, auto: bool = False) -> bool:
+               *, auto: bool = False, timeout: float = 60.0) -> bool:
     """Join the processes of one run (before any JAX computation); False when there is nothing to
-    join. `auto`: let JAX find them (a Cloud TPU pod slice, SLURM, Open MPI)."""
+    join. `auto`: let JAX find them (a Cloud TPU pod slice, SLURM, Open MPI). `timeout`: seconds
+    to wait for the others; a process other than 0 first waits for the coordinator to answer
+    (in Python, so Ctrl-C stops it) and raises `ConfigError` naming the address if it does not."""
     if not auto and not coordinator:
         return False
     jax.config.update("jax_cpu_collectives_implementation", "gloo")   # CPU processes talk over TCP
     if auto:
-        jax.distributed.initialize()
-    else:
-        jax.distributed.initialize(coordinator, num_processes=num_processes, process_id=process_id)
+        jax.distributed.initialize(initialization_timeout=int(timeout))
+        return True
+    if process_id:   # JAX itself would wait minutes in native code, deaf to Ctrl-C, then abort the process
+        _wait_for(coordinator, timeout)
+    jax.distributed.initialize(coordinator, num_processes=num_processes, process_id=process_id,
+                               initialization_timeout=max(1, int(timeout)))
     return True
+
+
+def _wait_for(address: str, timeout: float) -> None:
+    """Until something listens at host:port, or `timeout` seconds have gone."""
+    import socket
+    import time
+    host, _, port = address.rpartition(":")
+    if not host or not port.isdigit():
+        raise ConfigError(f"coordinator {address!r} is not HOST:PORT (e.g. 10.0.0.1:8476)")
+    deadline = time.monotonic() + timeout
+    while True:
+        try:
+            with socket.create_connection((host.strip("[]"), int(port)), timeout=min(2.0, timeout)):
+                return
+        except OSError as e:
+            if time.monotonic() >= deadline:
+                raise ConfigError(f"no coordinator answered at {address} within {timeout:g} s ({e.strerror or e}); "
+                                  "start process 0 there first, or check --coordinator") from None
+            time.sleep(0.2)
 
 
 def is_writer() -> bool:

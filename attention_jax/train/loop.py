@@ -27,7 +27,7 @@ from tqdm import tqdm as plain_tqdm
 from tqdm.auto import tqdm
 
 from attention_jax.config import TrainConfig
-from attention_jax.errors import STOP, ConfigError, Preempted, TrainingDiverged
+from attention_jax.errors import STOP, ConfigError, Preempted, TrainingDiverged, note
 from attention_jax.train.checkpoints import Checkpoints, fingerprint
 from attention_jax.train.distributed import is_writer, to_host
 from attention_jax.train.engine import Engine
@@ -92,6 +92,10 @@ def fit(engine: Engine, task: Task, *, seeds: Sequence[int] = (0,), workdir: str
                            resume=resume)
     start, state = ckpt.restore(engine.abstract_state(seeds)) if ckpt else (0, None)
     metrics_file = workdir / "metrics.jsonl" if workdir is not None else None
+    if start and not ckpt.metrics_intact(metrics_file):      # the curves before it could not be rebuilt
+        note(f"{metrics_file} changed since step {start} was saved; training this run again from the start")
+        ckpt.discard()
+        start, state = 0, None
     if metrics_file is not None and start == 0 and is_writer():
         metrics_file.unlink(missing_ok=True)      # a fresh start: the old run's lines are not ours
 
@@ -123,7 +127,7 @@ def fit(engine: Engine, task: Task, *, seeds: Sequence[int] = (0,), workdir: str
         pending.clear()
 
     state = engine.init(seeds) if state is None else engine.replicate(state)
-    history, train_log = read_metrics(metrics_file, min(start, tc.steps - 1))
+    history, train_log = read_metrics(metrics_file, start)
     due = lambda step: tc.eval_every and step % tc.eval_every == 0 and 0 < step < tc.steps
     if due(start) and start not in {h["step"] for h in history}:
         log(evaluate(start))     # interrupted between the step and its evaluation
@@ -152,7 +156,7 @@ def fit(engine: Engine, task: Task, *, seeds: Sequence[int] = (0,), workdir: str
             if due(done):
                 log(evaluate(done))
             if saving:
-                ckpt.save(done, state)
+                ckpt.save(done, state, metrics_file)
                 if ckpt.preempted:     # the machines are going: stop here, all processes at this step
                     raise Preempted(done)
             bar.update(n)
@@ -160,7 +164,7 @@ def fit(engine: Engine, task: Task, *, seeds: Sequence[int] = (0,), workdir: str
         if ckpt and done > start and ckpt.latest_step() != done:
             try:
                 flush()
-                ckpt.save(done, state)   # keep what this run has finished
+                ckpt.save(done, state, metrics_file)   # keep what this run has finished
             except Exception:
                 pass                                 # the interrupted step may hold donated buffers
         raise
@@ -171,7 +175,7 @@ def fit(engine: Engine, task: Task, *, seeds: Sequence[int] = (0,), workdir: str
     seconds = time.perf_counter() - t0
     if ckpt:            # the finished state first (its loss is finite): an interrupted evaluation redoes only itself
         if ckpt.latest_step() != tc.steps:
-            ckpt.save(tc.steps, state)
+            ckpt.save(tc.steps, state, metrics_file)
         ckpt.close()
     final = evaluate(tc.steps)
     log({**final, "seconds": seconds})

@@ -157,7 +157,12 @@ def run(ctx) -> Result:
     p = dict(p, chunk_size=args.chunk_size or p["chunk_size"])
     budget, started = args.memory_budget_mb and args.memory_budget_mb * MIB, time.perf_counter()
     variants, folder = cli.choose_names(args.variants, list(VARIANTS), "variant"), ctx.folder
-    tables, fits = tabulate(results := measure_all(p, variants, args.max_tokens, budget, folder / "partial.jsonl"))
+    results = measure_all(p, variants, args.max_tokens, budget, folder / "partial.jsonl")
+    stopped = [v for v, rows in results.items() if sum(r.get("ms") is not None for r in rows) < 2]
+    if budget and stopped:     # a claim on no rows would be a FAIL on nan: say what the budget cost instead
+        raise ConfigError(f"--memory-budget-mb {args.memory_budget_mb} leaves {', '.join(stopped)} fewer than two "
+                          "rows to measure (128 and 256 tokens at least); raise it")
+    tables, fits = tabulate(results)
     gpu = any(r.get("device_peak_bytes") for rows in results.values() for r in rows)
     notes = (f"ms: median of timed calls after compiling (one if n >= {p['one_repeat_from']:,} or a call takes "
              "over 2 s); x4: ratio to the row above. attn matrix MB: 8·n²·4 B. XLA plan MB: the compiled program's "

@@ -10,18 +10,17 @@ from __future__ import annotations
 
 import argparse
 import contextlib
-import hashlib
 import math
 import os
 import pathlib
 import signal
 import sys
-import tempfile
 from typing import Mapping, Sequence
 
 from attention_jax.errors import STOP, ConfigError, Preempted, UserError, hush_unraisable
 
 EXIT_USER_ERROR, EXIT_INTERRUPTED = 2, 130
+LOCK_FILE = ".lock"      # in a results folder: held by the run writing there
 PRESET_ORDER = ("smoke", "cpu", "paper")   # the order every --help lists them in: smallest budget first
 SMOKE_NOTE = ("smoke preset: a plumbing check of a few steps; its figures mean nothing and the claims they decide are not checked at this "
               "budget (--preset cpu or paper for the chapter's)")
@@ -84,6 +83,8 @@ def add_training_args(p: argparse.ArgumentParser, rows: Sequence[str]) -> argpar
                        help="process 0's address (or $JAX_COORDINATOR_ADDRESS)")
     multi.add_argument("--num-processes", type=positive_int, default=None, help="(or $JAX_NUM_PROCESSES)")
     multi.add_argument("--process-id", type=int, default=None, help="this process, 0 .. N-1 (or $JAX_PROCESS_ID)")
+    multi.add_argument("--connect-timeout", type=positive_float, default=60.0, metavar="SECONDS",
+                       help="how long to wait for the other processes (default 60)")
     multi.add_argument("--distributed", action="store_true",
                        help="let JAX find the processes itself (Cloud TPU pod slice, SLURM, Open MPI)")
     p.add_argument("--no-progress", action="store_true", help="no progress bars")
@@ -132,8 +133,8 @@ def results_folder(out: str, name: str) -> pathlib.Path:
     if not str(out).strip():
         raise ConfigError("--out is empty; name a folder for the results, e.g. --out results")
     folder = pathlib.Path(out).expanduser() / name
-    created = [p for p in (folder, *folder.parents) if not p.exists()]
     try:
+        created = [p for p in (folder, *folder.parents) if not p.exists()]
         folder.mkdir(parents=True, exist_ok=True)
         probe = folder / f".write-test-{os.getpid()}"
         probe.write_text("")
@@ -149,21 +150,26 @@ def results_folder(out: str, name: str) -> pathlib.Path:
 
 @contextlib.contextmanager
 def exclusive(folder: pathlib.Path):
-    """Hold the results folder for one run: a second run on the same --out is refused with one line.
+    """Hold the results folder for one run: a second run on the same folder is refused with one line.
 
-    Two runs writing the same rows and checkpoints at once could interleave their files;
-    the lock lives in the temp folder (keyed by the folder's path), so the results folder
-    itself is untouched until the run writes there. On a platform without fcntl, no lock.
+    Two runs writing the same rows and checkpoints at once could interleave their files. The
+    lock is a file in the folder itself (`.lock`), so every path that reaches the folder (a
+    symlink, `..`) meets the same lock, and a folder the run may write holds it. On a platform
+    without fcntl, no lock.
     """
     try:
         import fcntl
     except ImportError:
         yield
         return
-    key = hashlib.sha256(str(folder.expanduser().absolute()).encode()).hexdigest()[:16]
-    locks = pathlib.Path(tempfile.gettempdir()) / "attention_jax-locks"
-    locks.mkdir(exist_ok=True)
-    with open(locks / f"{key}.lock", "a+") as handle:
+    try:
+        created = [p for p in (folder, *folder.parents) if not p.exists()]
+        folder.mkdir(parents=True, exist_ok=True)
+        handle = open(folder / LOCK_FILE, "a+")
+    except OSError as e:
+        raise ConfigError(f"cannot hold {folder} for this run ({' '.join(str(e.strerror or e).split())}); "
+                          "choose a folder you can write with --out") from None
+    with handle:
         try:
             fcntl.flock(handle, fcntl.LOCK_EX | fcntl.LOCK_NB)
         except OSError:
@@ -172,6 +178,11 @@ def exclusive(folder: pathlib.Path):
         try:
             yield
         finally:
+            if created and [p.name for p in folder.iterdir()] == [LOCK_FILE]:   # refused before writing: leave
+                with contextlib.suppress(OSError):                              # no trace of the folder
+                    (folder / LOCK_FILE).unlink()
+                    for p in created:
+                        p.rmdir()
             fcntl.flock(handle, fcntl.LOCK_UN)
 
 
@@ -209,7 +220,9 @@ def join_processes(args) -> None:
                                                          else None)
         pid = getattr(args, "process_id", None)
         pid = int(env("JAX_PROCESS_ID")) if pid is None and env("JAX_PROCESS_ID") else pid
-        initialize(coordinator, count, pid, auto=auto)
+        initialize(coordinator, count, pid, auto=auto, timeout=getattr(args, "connect_timeout", None) or 60.0)
+    except ConfigError:
+        raise
     except (RuntimeError, ValueError) as e:
         raise ConfigError(f"cannot join the other processes ({' '.join(str(e).split())[:300]}); check "
                           "--coordinator, --num-processes and --process-id") from None

@@ -163,6 +163,9 @@ class Experiment:
         print(describe_backend(backend), flush=True)
         if kept:
             print(compile_cache.describe(kept), flush=True)
+        elif compile_cache.settings():    # asked for, but its folder cannot be made or written
+            print(f"compiled programs: not kept between runs ({compile_cache.settings()['jax_compilation_cache_dir']} "
+                  f"cannot be written; every run compiles anew)", file=sys.stderr, flush=True)
         from attention_jax.train.loop import default_steps_per_call
         per_call = ctx.steps_per_call or default_steps_per_call()
         if per_call > 1:

@@ -12,7 +12,6 @@ import json
 import math
 import os
 import pathlib
-import tempfile
 from typing import Any, Iterable, Sequence
 
 from experiments.harness.cli import SMOKE_NOTE
@@ -146,7 +145,8 @@ def atomic_write(path: pathlib.Path, text: str) -> None:
     rename is atomic: a reader sees the old file or the new one, never half of one.
     """
     path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
+    from attention_jax.data.corpus import new_file
+    fd, tmp = new_file(path.parent, f".{path.name}.")
     try:
         with os.fdopen(fd, "w", encoding="utf-8") as f:
             f.write(text)

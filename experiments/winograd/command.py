@@ -39,11 +39,15 @@ def run(ctx) -> Result:
     vocab = wg.vocabulary(spec)
     context = len(spec.template.split(" ")) - 1
     table = Table(ctx)
+    configs = {}            # every chosen row's model first: a --width the heads cannot split is refused now
+    for name in ctx.rows:
+        label, base = MODELS[name.split("_", 1)[1]]
+        configs[name] = dataclasses.replace(base, vocab_size=len(vocab), context=context, d_model=args.width,
+                                            n_heads=HEADS)
     records = []
     for name in ctx.rows:
         task_name, model_name = name.split("_", 1)
-        label, base = MODELS[model_name]
-        cfg = dataclasses.replace(base, vocab_size=len(vocab), context=context, d_model=args.width, n_heads=HEADS)
+        label, cfg = MODELS[model_name][0], configs[name]
         sp = splits[task_name]
         r = table.train(name, cfg, task=make_task(sp, seeds, tc.batch_size), reopen=name == "clean_two_blocks",
                         measures={"by_adjective": by_adjective(sp, seeds)},
