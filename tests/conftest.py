@@ -199,3 +199,16 @@ def pytest_terminal_summary(terminalreporter, config):
         terminalreporter.section("parity with torch: measured max |diff|")
         for name, diff in rows:
             terminalreporter.write_line(f"{diff:9.2e}  {name}")
+
+
+@pytest.fixture
+def private_cache(tmp_path_factory, monkeypatch):
+    """A cache folder of the test session's own: the user's is never touched."""
+    monkeypatch.setenv("ATTENTION_JAX_CACHE", str(tmp_path_factory.getbasetemp() / "attention_jax_cache"))
+
+
+@pytest.fixture(scope="module")
+def engine():
+    """engine(model_config, n_seeds) -> one compiled Engine per pair, shared by the module."""
+    from helpers import engines
+    return engines()

@@ -24,16 +24,12 @@ from attention_jax.data import eval_windows
 from attention_jax.errors import DataError
 from attention_jax.train import Engine, TrainConfig, cross_entropy, make_optimizer
 
-from helpers import MC, T, TC, V, VAL, assert_same_state, batch, engines, one_line, task
+from helpers import MC, T, TC, V, VAL, assert_same_state, batch, one_line, task
 
 REPO = pathlib.Path(__file__).resolve().parents[1]
 PINNED = [4.411236763000488, 0.5659857392311096, 0.1958429217338562]   # loss, grad norm, block 0's, step 1
 
 
-@pytest.fixture(scope="module")
-def engine():
-    """engine(model_config, n_seeds) -> one compiled Engine per pair, shared by the module."""
-    return engines()
 
 
 @pytest.mark.slow

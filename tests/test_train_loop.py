@@ -17,19 +17,10 @@ from attention_jax.errors import ConfigError, TrainingDiverged
 from attention_jax.train import Engine, unstack_seed
 from attention_jax.train import loop
 
-from helpers import MC, TC, assert_same_state, engines, leaves, one_line, run
+from helpers import MC, TC, assert_same_state, leaves, one_line, run
 
 
-@pytest.fixture(autouse=True)
-def isolated(tmp_path_factory, monkeypatch):
-    """No test here may touch the user's cache (fit should not, but make sure)."""
-    monkeypatch.setenv("ATTENTION_JAX_CACHE", str(tmp_path_factory.getbasetemp() / "attention_jax_cache"))
-
-
-@pytest.fixture(scope="module")
-def engine():
-    """engine(model_config, n_seeds) -> one compiled Engine per pair, shared by the module."""
-    return engines()
+pytestmark = pytest.mark.usefixtures("private_cache")   # no test here may touch the user's cache
 
 
 @pytest.mark.slow
