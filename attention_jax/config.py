@@ -22,7 +22,9 @@ INITS = ("torch", "gpt2")
 # the reference equation, its causal halves, chunks with an online softmax (O(T) memory), a
 # fused kernel, or "auto": causal_halves on a CPU, fused on a GPU/TPU.
 ATTENTIONS = ("auto", "reference", "causal_halves", "chunked", "fused")
-DTYPES = ("float32", "bfloat16")   # compute dtype; parameters and optimizer state stay float32
+DTYPES = ("float32", "bfloat16")
+GELUS = ("exact", "tanh")
+LATER = {"gelu": "exact", "output_bias": True}    # fields added after 2026-12-01, at the default that keeps old keys   # compute dtype; parameters and optimizer state stay float32
 
 
 def _whole_numbers(config, names) -> None:
@@ -85,6 +87,8 @@ class ModelConfig:
     init: str = "torch"                # PyTorch's default initialisation (the book's), or GPT-2's
     ln_eps: float = 1e-5
     rope_base: float = 10000.0
+    gelu: str = "exact"                # the feed-forward's GELU: "exact" (erf, the book's) or "tanh" (GPT-2's)
+    output_bias: bool = True           # an untied output layer's bias (with `bias`); GPT-2's has none
 
     def __post_init__(self):
         def need(ok, msg):
@@ -95,7 +99,8 @@ class ModelConfig:
                               "ff_mult", "attention_chunk"))
         # A switch must be a bool: the string "false" from a config file is truthy and would
         # leave LayerNorm on while saying it is off.
-        for name in ("residual", "feed_forward", "layer_norm", "scale", "tie_embeddings", "bias", "qkv_bias"):
+        for name in ("residual", "feed_forward", "layer_norm", "scale", "tie_embeddings", "bias", "qkv_bias",
+                     "output_bias"):
             need(isinstance(getattr(self, name), bool), f"{name}={getattr(self, name)!r} must be True or False")
         need(self.mixer in MIXERS, f"mixer={self.mixer!r}; choose one of {', '.join(MIXERS)}")
         need(self.positions in POSITIONS, f"positions={self.positions!r}; choose one of {', '.join(POSITIONS)}")
@@ -129,6 +134,7 @@ class ModelConfig:
                  f"max_positions={self.max_positions} is smaller than context={self.context}")
         need(self.attention in ATTENTIONS, f"attention={self.attention!r}; choose one of {', '.join(ATTENTIONS)}")
         need(self.dtype in DTYPES, f"dtype={self.dtype!r}; choose one of {', '.join(DTYPES)}")
+        need(self.gelu in GELUS, f"gelu={self.gelu!r}; choose 'exact' or 'tanh' (GPT-2's approximation)")
         need(_whole(self.attention_chunk), f"attention_chunk={self.attention_chunk!r} must be a positive integer up to 2**31 - 1")
         if self.attention == "chunked":
             need(self.positions != "alibi", "attention='chunked' adds no bias to its scores, so it cannot do "
@@ -159,7 +165,9 @@ class ModelConfig:
         return self.max_positions or self.context
 
     def to_dict(self) -> dict:
-        return dataclasses.asdict(self)
+        """Every field, but those added after rows were cached while they hold their default: a row's
+        cache key (its fingerprint) stays what it was for every model it could already name."""
+        return {k: v for k, v in dataclasses.asdict(self).items() if LATER.get(k, ...) != v}
 
 
 @dataclasses.dataclass(frozen=True)
@@ -217,4 +225,4 @@ class TrainConfig:
 # GPT-2 small, as released: 124,439,808 parameters with the output tied to the token table.
 GPT2_SMALL = ModelConfig(vocab_size=50257, context=1024, d_model=768, n_layers=12, n_heads=12,
                          mixer="heads", positions="learned", tie_embeddings=True, qkv_bias=True,
-                         init="gpt2")
+                         init="gpt2", gelu="tanh")

@@ -233,7 +233,7 @@ def layer_norm(x: jax.Array, scale: jax.Array, bias: jax.Array | None, eps: floa
     return y.astype(x.dtype)
 
 
-def gelu(x: jax.Array) -> jax.Array:
-    """Exact GELU, x·Φ(x) with the erf, as torch's default."""
-    return jax.nn.gelu(x, approximate=False)
+def gelu(x: jax.Array, approximate: bool = False) -> jax.Array:
+    """GELU, x·Φ(x): exact with the erf (torch's default), or GPT-2's tanh approximation."""
+    return jax.nn.gelu(x, approximate=approximate)
 

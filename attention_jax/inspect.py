@@ -249,6 +249,18 @@ def head_weights(model: LanguageModel, block: int) -> dict[str, jax.Array]:
     return {"q": q, "k": k, "v": v, "o": mixer.out.kernel[...].reshape(cfg.num_heads, cfg.head_dim, cfg.d_model)}
 
 
+def logit_lens(model: LanguageModel, tokens) -> jax.Array:
+    """[L + 1, B, T, V]: the logits the stream would give if it stopped after the embedding and after
+    each block (through the final LayerNorm and the unembedding); the last row is the model's own."""
+    _, cache = run_with_cache(model, tokens, ["embed", "positions", "blocks.*.resid_post"])
+    start = cache["embed"] + cache.get("positions", 0)
+    streams = [start] + [cache[f"blocks.{i}.resid_post"] for i in range(len(model.blocks))]
+    ln = model.ln_f if model.ln_f is not None else (lambda x: x)
+    out = (lambda x: jnp.einsum("...D,VD->...V", x, model.token_embed.embedding[...].astype(x.dtype))) \
+        if model.lm_head is None else model.lm_head
+    return jnp.stack([out(ln(x)) for x in streams])
+
+
 def capture_attention(model: LanguageModel, tokens) -> tuple[jax.Array, list[jax.Array]]:
     """Run the model once and return (logits, [weights of each attention block, [B, H, T, T]])."""
     logits, cache = run_with_cache(model, tokens, [f"{p}.weights" for p in _attention_paths(model)] or None) \

@@ -129,14 +129,15 @@ class MultiHeadAttention(_Attention):
 
 
 class FeedForward(nnx.Module):
-    """Computation within a position: widen 4×, exact GELU, narrow back."""
+    """Computation within a position: widen 4×, GELU (exact, or GPT-2's tanh form), narrow back."""
 
     def __init__(self, config: ModelConfig, *, rngs: nnx.Rngs):
         self.up = _dense(config, rngs, config.d_model, config.d_ff, bias=config.bias)
         self.down = _dense(config, rngs, config.d_ff, config.d_model, bias=config.bias)
+        self.approximate = config.gelu == "tanh"
 
     def __call__(self, x):
-        return self.down(F.gelu(self.up(x)))
+        return self.down(F.gelu(self.up(x), self.approximate))
 
 
 _MIXERS = {"none": None, "average": lambda c, rngs: UniformAverage(),
@@ -202,7 +203,7 @@ class LanguageModel(nnx.Module):
         self.ln_f = (LayerNorm(d, bias=config.bias, eps=config.ln_eps)
                      if config.layer_norm and config.norm == "pre" else None)
         self.lm_head = None if config.tie_embeddings else \
-            _dense(config, rngs, d, config.vocab_size, bias=config.bias)
+            _dense(config, rngs, d, config.vocab_size, bias=config.bias and config.output_bias)
         self.hook_embed, self.hook_positions, self.hook_final = Hook(), Hook(), Hook()
         self.hook_ln_final, self.hook_logits = Hook(), Hook()
         self.cache_index, self.cache_len = nnx.data(None), 0     # while decoding: where the next position goes

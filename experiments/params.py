@@ -42,7 +42,7 @@ def components(cfg: ModelConfig) -> dict[str, int]:
             "ffn.up": d * f + f * b if ffn else 0,
             "ffn.down": f * d + d * b if ffn else 0,
             "ln_f": norm if cfg.layer_norm and cfg.norm == "pre" else 0,
-            "lm_head": 0 if cfg.tie_embeddings else d * V + V * b}
+            "lm_head": 0 if cfg.tie_embeddings else d * V + V * b * int(cfg.output_bias)}
 
 
 def formula(cfg: ModelConfig) -> dict[str, int]:

@@ -273,3 +273,16 @@ def test_numbers_float32_or_int32_cannot_hold_are_refused_like_zero():
     with pytest.raises(ConfigError, match="ln_eps"):
         ModelConfig(ln_eps=1e-50)
     assert TrainConfig(lr=1e-30).lr == 1e-30 and TrainConfig(steps=2**31 - 1).steps == 2**31 - 1
+
+
+def test_fields_added_later_leave_old_cache_keys_alone_until_they_are_set():
+    """A row's cache key hashes its config's to_dict(): a field added since rows were cached is left
+    out while it holds its default, so every model those rows could name keeps its key."""
+    from attention_jax.config import LATER
+    assert set(LATER) <= set(ModelConfig().__dataclass_fields__)
+    assert not set(LATER) & set(ModelConfig().to_dict())
+    changed = ModelConfig(gelu="tanh", output_bias=False).to_dict()
+    assert changed["gelu"] == "tanh" and changed["output_bias"] is False
+    assert ModelConfig(**ModelConfig().to_dict()) == ModelConfig() and ModelConfig(**changed).gelu == "tanh"
+    with pytest.raises(ConfigError, match="gelu='relu'"):
+        ModelConfig(gelu="relu")

@@ -356,3 +356,14 @@ def test_an_empty_head_list_ablates_nothing_and_a_block_past_the_last_is_refused
         np.testing.assert_array_equal(model(idx), model(idx))
     with pytest.raises(ConfigError, match="block 9 does not exist: the model has 2"):
         head_weights(model, 9)
+
+
+def test_the_logit_lens_starts_at_the_embedding_and_ends_at_the_models_logits():
+    from attention_jax.inspect import logit_lens
+    model = LanguageModel(ModelConfig(vocab_size=50, context=8, d_model=32, n_layers=2, n_heads=4), rngs=nnx.Rngs(0))
+    idx = jnp.arange(8)[None]
+    lens = logit_lens(model, idx)
+    assert lens.shape == (3, 1, 8, 50)
+    np.testing.assert_allclose(lens[-1], model(idx), atol=1e-5)
+    start = model.embed(idx)
+    np.testing.assert_allclose(lens[0], model.lm_head(model.ln_f(start)), atol=1e-5)

@@ -202,3 +202,20 @@ display(tiny.figures["ablations.png"])                       # noqa: F821
 verdicts = {c["claim"]: c["passed"] for c in tiny.claims}
 assert verdicts["attention puts exactly zero weight on the future"]
 assert verdicts["parameters by formula = the framework's count, component by component"]
+
+# %% [markdown]
+# ## 6. A real model: GPT-2's own weights in these modules
+#
+# On a GPU or TPU runtime this loads GPT-2 small (124,439,808 parameters) from the Hugging
+# Face hub into our `LanguageModel`, then runs the same probes on a sentence: each block's
+# attention, every head switched off in turn, what each component writes into the residual
+# stream, and a logit lens (each block's stream read through the final LayerNorm and the
+# unembedding). On a CPU a tiny random GPT-2-shaped checkpoint stands in (the plumbing).
+
+# %%
+from experiments import gpt2  # noqa: E402
+
+probe = gpt2.EXPERIMENT(preset="paper" if EXPECTED != "cpu" else "smoke", out="results")
+display(probe)                                               # noqa: F821
+display(probe.figures["probes.png"])                         # noqa: F821
+assert all(c["passed"] for c in probe.claims)                # no weight on the future; the lens ends at the logits

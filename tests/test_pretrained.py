@@ -1,0 +1,106 @@
+"""GPT-2 checkpoints in our modules: logits equal to Hugging Face's on tiny random configs made here
+(no hub: the machine is offline), greedy text equal, parameter counts equal, a round trip back,
+and one clear line for every checkpoint that cannot load."""
+import json
+
+import jax.numpy as jnp
+import numpy as np
+import pytest
+
+from attention_jax import pretrained
+from attention_jax.errors import CheckpointError, ConfigError, DataError
+from attention_jax.generate import generate
+from attention_jax.inspect import count_params
+
+torch = pytest.importorskip("torch")
+transformers = pytest.importorskip("transformers")
+
+SHAPES = {   # several layers and heads, a vocabulary no multiple of 64, exact GELU, an untied output
+    "one_layer": dict(vocab_size=97, n_positions=32, n_embd=32, n_layer=1, n_head=2),
+    "three_layers": dict(vocab_size=131, n_positions=40, n_embd=48, n_layer=3, n_head=4, activation_function="gelu"),
+    "untied": dict(vocab_size=70, n_positions=24, n_embd=64, n_layer=2, n_head=8, tie_word_embeddings=False),
+}
+
+
+def hf_model(shape: str, seed: int = 0):
+    torch.manual_seed(seed)
+    config = transformers.GPT2Config(**SHAPES[shape], resid_pdrop=0.0, embd_pdrop=0.0, attn_pdrop=0.0)
+    model = transformers.GPT2LMHeadModel(config).eval()
+    with torch.no_grad():                    # biases and LayerNorms away from their 0/1 start: every weight counts
+        for p in model.parameters():
+            p.add_(0.05 * torch.randn_like(p))
+    return model
+
+
+def hf_logits(model, ids) -> np.ndarray:
+    with torch.no_grad():
+        return model(torch.as_tensor(np.asarray(ids))).logits.numpy()
+
+
+@pytest.fixture(scope="module", params=list(SHAPES))
+def checkpoint(request, tmp_path_factory):
+    folder = tmp_path_factory.mktemp(request.param)
+    model = hf_model(request.param)
+    model.save_pretrained(folder, safe_serialization=True)
+    return request.param, folder, model
+
+
+def test_our_logits_are_hugging_faces(checkpoint):
+    shape, folder, theirs = checkpoint
+    ours = pretrained.load(folder)
+    ids = np.random.default_rng(0).integers(0, SHAPES[shape]["vocab_size"], (3, SHAPES[shape]["n_positions"]))
+    np.testing.assert_allclose(np.asarray(ours(jnp.asarray(ids))), hf_logits(theirs, ids), atol=1e-5, rtol=0)
+    assert count_params(ours.config) == sum(p.numel() for p in theirs.parameters())
+
+
+def test_greedy_text_is_hugging_faces_token_for_token(checkpoint):
+    shape, folder, theirs = checkpoint
+    ours = pretrained.load(folder)
+    prompt = np.random.default_rng(1).integers(0, SHAPES[shape]["vocab_size"], (2, 5))
+    n = SHAPES[shape]["n_positions"] - 6
+    with torch.no_grad():
+        want = theirs.generate(torch.as_tensor(prompt), max_new_tokens=n, do_sample=False,
+                               pad_token_id=0).numpy()
+    np.testing.assert_array_equal(generate(ours, prompt, n, temperature=0), want)
+
+
+def test_our_model_saved_loads_in_hugging_face_with_the_same_logits(checkpoint, tmp_path):
+    shape, folder, _ = checkpoint
+    ours = pretrained.load(folder)
+    pretrained.save(ours, tmp_path / "ours")
+    back = transformers.GPT2LMHeadModel.from_pretrained(tmp_path / "ours").eval()
+    ids = np.random.default_rng(2).integers(0, SHAPES[shape]["vocab_size"], (2, 9))
+    np.testing.assert_allclose(hf_logits(back, ids), np.asarray(ours(jnp.asarray(ids))), atol=1e-5, rtol=0)
+    again = pretrained.load(tmp_path / "ours")
+    np.testing.assert_array_equal(np.asarray(again(jnp.asarray(ids))), np.asarray(ours(jnp.asarray(ids))))
+
+
+def test_a_checkpoint_that_cannot_load_is_one_line(tmp_path):
+    with pytest.raises(DataError, match="holds no config.json or model.safetensors"):
+        pretrained.load(tmp_path)
+    good = tmp_path / "good"
+    hf_model("one_layer").save_pretrained(good, safe_serialization=True)
+    config = json.loads((good / "config.json").read_text())
+    other = tmp_path / "llama"
+    other.mkdir()
+    (other / "config.json").write_text(json.dumps({**config, "model_type": "llama"}))
+    (other / "model.safetensors").write_bytes((good / "model.safetensors").read_bytes())
+    with pytest.raises(ConfigError, match="describes a 'llama' model"):
+        pretrained.load(other)
+    wrong = tmp_path / "wrong"
+    wrong.mkdir()
+    (wrong / "config.json").write_text(json.dumps({**config, "n_embd": 64, "n_head": 2}))
+    (wrong / "model.safetensors").write_bytes((good / "model.safetensors").read_bytes())
+    with pytest.raises(CheckpointError, match="does not fit this config's"):
+        pretrained.load(wrong)
+    cut = tmp_path / "cut"
+    cut.mkdir()
+    (cut / "config.json").write_text(json.dumps(config))
+    (cut / "model.safetensors").write_bytes((good / "model.safetensors").read_bytes()[:5000])
+    with pytest.raises(CheckpointError, match="cannot read the checkpoint"):
+        pretrained.load(cut)
+    (good / "config.json").write_text(json.dumps({**config, "activation_function": "relu"}))
+    with pytest.raises(ConfigError, match="activation_function='relu'"):
+        pretrained.load(good)
+    with pytest.raises(DataError, match="cannot fetch .no-such/model.* a folder and pass that folder.s path"):
+        pretrained.from_pretrained("no-such/model")
