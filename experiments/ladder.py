@@ -93,6 +93,20 @@ def ladder_figure(records: list[dict], title: str):
     return fig
 
 
+VIEWED = "layer_norm"        # the row whose attention the viewer shows
+
+
+def save_viewer(table, record: dict, path, title: str, tokens: int = 48) -> None:
+    """The trained row's every head on the first held-out tokens, in attention_jax.viewer."""
+    from attention_jax import viewer
+    from attention_jax.data import load_tokenizer
+    model = table.load_model(record)
+    model.eval()
+    ids = table.splits[1][:tokens]
+    tok = load_tokenizer(table.corpus.path)
+    viewer.view(model, ids, [tok.decode([int(i)]) for i in ids], title=title).save(path)
+
+
 def run(ctx) -> Result:
     from experiments.harness.tables import Table   # loads the corpus: after the flags are checked
     table = Table.on_corpus(ctx)
@@ -101,14 +115,17 @@ def run(ctx) -> Result:
     for row in ROWS:
         if row.name not in ctx.rows:
             continue
-        r = table.train(row.name, row.config, say=lambda r: f"params {r['params']:>9,}  train {r['train']:>16}  "
-                                                            f"val {r['val']:>16}")
+        r = table.train(row.name, row.config, reopen=row.name == VIEWED,
+                        say=lambda r: f"params {r['params']:>9,}  train {r['train']:>16}  val {r['val']:>16}")
         r.update(label=row.label, book_val_ppl=row.book_val_ppl if book else None,
                  book_train_ppl=row.book_train_ppl if book else None, book=row.book_text() if book else None,
                  book_shown=row.book_cell() if book else None,
                  change=None if previous is None else r["val_ppl"] - previous)
         previous = r["val_ppl"]
         records.append(r)
+    viewed = next((r for r in records if r["name"] == VIEWED), None)
+    if viewed is not None:      # the chapter's one block, its four heads on held-out text: interactive
+        save_viewer(table, viewed, ctx.folder / "attention.html", f"ladder: the one-block model ({ctx.preset} preset)")
     columns = [("name", "row", ""), ("params", "params", ",d"), ("train", "train ppl", ""),
                ("val", "val ppl", ""), ("book_shown", "book val ppl", ""), ("change", "change", "+.2f")]
     title = f"ladder, {table.budget()}"

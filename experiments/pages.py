@@ -69,6 +69,8 @@ def page(name: str, r: dict) -> str:
         md += [f"## {title}", "", table, ""]
     for fig in r.get("figures", []):
         md += [f"![{name}: {fig}]({name}/{fig})", ""]
+    for view in sorted(p.name for p in (DOCS / name).glob("*.html")):
+        md += [f"The attention viewer, interactive (hover a token, click a pattern): [{view}]({name}/{view})", ""]
     note = DOCS / "notes" / f"{name}.md"
     if note.is_file():
         md += ["## Notes", "", note.read_text(encoding="utf-8").strip(), ""]
@@ -125,7 +127,7 @@ def take(run: pathlib.Path) -> list[str]:
         if target.exists():
             shutil.rmtree(target)
         target.mkdir(parents=True)
-        for f in [source, *sorted(source.parent.glob("*.png"))]:
+        for f in [source, *sorted(source.parent.glob("*.png")), *sorted(source.parent.glob("*.html"))]:
             shutil.copy2(f, target / f.name)
         taken.append(name)
     return taken

@@ -67,6 +67,7 @@ def test_smoke_command_writes_tables_claims_and_pngs(runs):
         assert lecture in table, lecture           # the lecture's figures sit beside ours
     for name in ("attention.png", "ablations.png", "sqrt_d.png", "residual.png", "training.png"):
         assert (folder / name).read_bytes()[:8] == PNG, name
+    assert '"layers": 2, "heads": 4' in (folder / "attention.html").read_text()     # the viewer, every head
     claims = {c["claim"]: c for c in results["claims"]}
     assert len(claims) == 7 and all("margin" in c for c in claims.values())
     for text in ("parameters by formula = the framework's count, component by component",

@@ -75,6 +75,8 @@ def test_smoke_ladder_writes_table_results_and_plot(smoke_ladder):
     assert "263,168" in table and "675,584" in table
     assert all(c["claim"] in table for c in claims)
     assert (folder / "ladder.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    viewer = (folder / "attention.html").read_text()            # the one-block model's heads, interactive
+    assert "attentionViewer(" in viewer and '"layers": 1, "heads": 4' in viewer and "https://" not in viewer
     assert "wrote" in run.stdout.splitlines()[-1]
 
 

@@ -65,6 +65,7 @@ def test_smoke_writes_rows_columns_claims_and_pngs(runs):
     for png in ("accuracy.png", "attention_pair.png", "block2_adjectives.png"):
         assert (folder / png).read_bytes()[:8] == PNG
     assert sorted(run["results"]["figures"]) == ["accuracy.png", "attention_pair.png", "block2_adjectives.png"]
+    assert '"layers": 2, "heads": 4' in (folder / "attention.html").read_text()     # the viewer, two blocks
 
 
 @pytest.mark.slow

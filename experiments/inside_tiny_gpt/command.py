@@ -124,6 +124,9 @@ def run(ctx) -> Result:
 
     # demo 4: attention
     att = attention_demo(model, tok, person.name)
+    from attention_jax.viewer import AttentionView
+    AttentionView(np.stack(att["layers"]), att["chars"], title=f"tiny GPT on the question ({ctx.preset} preset)"
+                  ).save(ctx.folder / "attention.html")
     best = att["best"]
     layer, head = best["layer"], best["index"]
     heat = ascii_heatmap(att["layers"][layer][head], att["chars"])

@@ -28,6 +28,16 @@ def referent_attention(model, tokens: np.ndarray, position: int) -> np.ndarray:
     return np.stack([np.asarray(cache[n], np.float64).mean(axis=1)[:, position, :position + 1] for n in blocks])
 
 
+def save_viewer(model, task, path, title: str):
+    """The interactive viewer (attention_jax.viewer) on the demo sentence: every block and head."""
+    from attention_jax import viewer
+    from attention_jax.data import winograd as wg
+    x, y, adj_x, _ = demo_words(task.spec)
+    sentence = wg.render(task.spec, x, y, adj_x)
+    ids = wg.encode([sentence], task.vocab)[0, :-1]
+    viewer.view(model, ids, sentence.split(" ")[:-1], title=title).save(path)
+
+
 def attention_demo(model, task) -> dict:
     """The tired/wet pair, block 2 over every adjective, and block 1's identity across adjectives."""
     from attention_jax.data import winograd as wg

@@ -8,7 +8,7 @@ import numpy as np
 from attention_jax.errors import ConfigError
 from experiments.harness import cli, report
 from experiments.harness.experiment import Result
-from experiments.winograd.attention import attention_demo, claims
+from experiments.winograd.attention import attention_demo, claims, save_viewer
 from experiments.winograd.constants import BOOK, CHANCE, HEADS, MODELS, TASKS, WIDTH
 from experiments.winograd.figures import accuracy_figure, pair_figure, pair_table, pct, rule_figure, rule_table
 from experiments.winograd.task import Splits, by_adjective, make_task
@@ -80,6 +80,8 @@ def run(ctx) -> Result:
     if "clean_two_blocks" in by_name_:
         r = by_name_["clean_two_blocks"]
         demos = [attention_demo(table.load_model(r, seed=s), splits["clean"](s)) for s in seeds]
+        save_viewer(table.load_model(r), splits["clean"](0), ctx.folder / "attention.html",
+                    f"Winograd toy, two blocks, seed 0 ({ctx.preset} preset)")
         demo = demos[0]
         sides = dict(spec.adjectives)
         a, b = demo["demo"]

@@ -163,6 +163,9 @@ for h, ax in enumerate(axes):
 fig.colorbar(im, ax=axes, shrink=0.8, label="attention weight")
 plt.show()
 assert jnp.all(jnp.triu(w, k=1) == 0)                        # the future gets exactly zero weight
+from attention_jax import viewer  # noqa: E402
+
+display(viewer.view(model, tokens[0], words, title="the one-block model"))   # noqa: F821  (hover, click)
 assert jnp.allclose(w.sum(-1), 1.0, atol=1e-5)
 with ablate(model, mixer=[0]):                               # and without attention, context is gone
     blind = model(tokens)

@@ -1,0 +1,85 @@
+"""Where attention looks, as one self-contained HTML document: no network, no torch, no widgets.
+
+    view = viewer.view(model, ids, labels)            # every block's weights on one text
+    view                                              # inline in Jupyter, Colab and VS Code
+    view.save("attention.html")                       # the same, as a file any browser opens
+
+Two views of weights [layers, heads, T, T]: the head view (the text in two columns, a line
+from each query to the keys it reads, weighted by attention; hover a token to see where it
+looks, or what looks at it; one head or all averaged) and the pattern grid (a small heatmap
+per block and head; click one to enlarge it, hover a cell to read its weight). Colours are
+viridis, which reads in greyscale and for the common colour-blindnesses. The weights travel
+inside the page as 16-bit fractions (the lower triangle alone when causal), so a few hundred
+tokens stay a few megabytes at most; everything is drawn on canvases.
+"""
+from __future__ import annotations
+
+import base64
+import html
+import itertools
+import json
+import pathlib
+
+import numpy as np
+
+from attention_jax.errors import ConfigError
+
+_ids = itertools.count()
+_SCRIPT = (pathlib.Path(__file__).with_name("viewer.js"))
+
+
+class AttentionView:
+    """Attention weights [L, H, T, T] (or [H, T, T], or [T, T]) and the T tokens they are over."""
+
+    def __init__(self, weights, tokens, *, title: str = "attention"):
+        w = np.asarray(weights, np.float64)
+        w = w.reshape((1,) * (4 - w.ndim) + w.shape) if w.ndim < 4 else w
+        if w.ndim != 4 or w.shape[-1] != w.shape[-2] or w.shape[-1] != len(tokens):
+            raise ConfigError(f"attention weights of shape {np.shape(weights)} do not fit {len(tokens)} tokens; "
+                              "give [layers, heads, T, T] (or [heads, T, T], [T, T]) and T tokens")
+        if not np.all(np.isfinite(w)) or w.min() < -1e-6 or w.max() > 1 + 1e-6:
+            raise ConfigError("attention weights must be finite and between 0 and 1 (a softmax's)")
+        self.weights, self.tokens, self.title = np.clip(w, 0, 1), [str(t) for t in tokens], title
+        self.causal = bool(np.all(np.triu(self.weights, k=1) == 0))
+
+    def payload(self) -> dict:
+        """What the page reads: the shape, the tokens, and the weights as base64 uint16 fractions."""
+        L, H, T, _ = self.weights.shape
+        q = np.round(self.weights * 65535).astype("<u2")
+        flat = q[..., np.tril_indices(T)[0], np.tril_indices(T)[1]] if self.causal else q.reshape(L, H, T * T)
+        return {"layers": L, "heads": H, "T": T, "causal": self.causal, "tokens": self.tokens, "title": self.title,
+                "data": base64.b64encode(np.ascontiguousarray(flat).tobytes()).decode("ascii")}
+
+    def html(self) -> str:
+        """A fragment that shows the views wherever HTML is shown (a notebook cell, a page)."""
+        uid = f"ajv{next(_ids)}"
+        data = json.dumps(self.payload()).replace("</", "<\\/")
+        return (f'<div class="ajv" id="{uid}" data-title="{html.escape(self.title)}"></div>'
+                f'<script>(function(){{{_SCRIPT.read_text(encoding="utf-8")}\n'
+                f'attentionViewer(document.getElementById("{uid}"), {data});}})();</script>')
+
+    def _repr_html_(self) -> str:
+        return self.html()
+
+    def save(self, path) -> pathlib.Path:
+        """The views as a standalone HTML file."""
+        path = pathlib.Path(path)
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(f'<!doctype html><html><head><meta charset="utf-8"><title>{html.escape(self.title)}'
+                        f'</title></head><body style="margin:16px">{self.html()}</body></html>\n', encoding="utf-8")
+        return path
+
+
+def view(model, ids, labels=None, *, title: str = "attention") -> AttentionView:
+    """Every attention block's weights on one text (`ids` [T]), by the reference equation; `labels`:
+    how each token reads (default: its id)."""
+    import jax.numpy as jnp
+    from attention_jax.inspect import _attention_paths, run_with_cache, use_form
+    paths = _attention_paths(model)
+    if not paths:
+        raise ConfigError("this model has no attention blocks to view (its mixers are averages or none)")
+    ids = np.asarray(ids).reshape(-1)
+    with use_form(model):
+        _, cache = run_with_cache(model, jnp.asarray(ids[None]), [f"{p}.weights" for p in paths])
+    weights = np.stack([np.asarray(cache[f"{p}.weights"][0], np.float32) for p in paths])
+    return AttentionView(weights, labels if labels is not None else [str(int(i)) for i in ids], title=title)

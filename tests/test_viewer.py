@@ -1,0 +1,127 @@
+"""The attention viewer: one self-contained page (no network), its numbers the model's, driven in a real
+headless Chromium (Debian's, not a downloaded one): hover, choose, click, read, at a few hundred tokens."""
+import base64
+import pathlib
+import shutil
+
+import jax.numpy as jnp
+import numpy as np
+import pytest
+from flax import nnx
+
+from attention_jax import viewer
+from attention_jax.config import ModelConfig
+from attention_jax.errors import ConfigError
+from attention_jax.inspect import run_with_cache, use_form
+from attention_jax.model import LanguageModel
+
+CHROMIUM = shutil.which("chromium") or shutil.which("chromium-browser")
+ARGS = ["--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run", "--disable-background-networking",
+        "--disable-component-update", "--disable-sync"]
+
+
+def tiny(T=12, layers=2, heads=4):
+    model = LanguageModel(ModelConfig(vocab_size=64, context=T, d_model=32, n_layers=layers, n_heads=heads),
+                          rngs=nnx.Rngs(0))
+    ids = np.random.default_rng(0).integers(0, 64, T)
+    return model, ids
+
+
+def weights_of(model, ids) -> np.ndarray:
+    with use_form(model):
+        _, cache = run_with_cache(model, jnp.asarray(ids[None]), "blocks.*.mixer.weights")
+    return np.stack([np.asarray(cache[f"blocks.{i}.mixer.weights"][0]) for i in range(len(model.blocks))])
+
+
+def test_the_page_carries_the_models_weights_and_needs_nothing_from_outside():
+    model, ids = tiny()
+    v = viewer.view(model, ids, [f"t{i}" for i in range(len(ids))])
+    want = weights_of(model, ids)
+    assert v.weights.shape == want.shape and v.causal
+    np.testing.assert_allclose(v.weights, want, atol=1e-6)
+    p = v.payload()
+    q = np.frombuffer(base64.b64decode(p["data"]), "<u2").reshape(2, 4, -1) / 65535
+    np.testing.assert_allclose(q, want[..., np.tril_indices(12)[0], np.tril_indices(12)[1]], atol=1 / 65535)
+    page = v.html()
+    assert v._repr_html_().count("attentionViewer(") == 2                # the script's definition and its call
+    for outside in ("http://", "https://", "<script src", "<link", "import(", "fetch("):
+        assert outside not in page, outside
+
+
+def test_what_is_no_attention_is_refused_in_one_line():
+    with pytest.raises(ConfigError, match="do not fit 3 tokens"):
+        viewer.AttentionView(np.ones((2, 4, 4)) / 4, ["a", "b", "c"])
+    with pytest.raises(ConfigError, match="between 0 and 1"):
+        viewer.AttentionView(np.full((3, 3), 2.0), ["a", "b", "c"])
+    with pytest.raises(ConfigError, match="no attention blocks"):
+        viewer.view(LanguageModel(ModelConfig(vocab_size=8, context=4, mixer="average"), rngs=nnx.Rngs(0)), [1, 2, 3])
+
+
+@pytest.fixture(scope="module")
+def browser():
+    if CHROMIUM is None:
+        pytest.skip("no chromium here (.ci/run installs Debian's)")
+    playwright = pytest.importorskip("playwright.sync_api")
+    with playwright.sync_playwright() as p:
+        b = p.chromium.launch(executable_path=CHROMIUM, args=ARGS)
+        yield b
+        b.close()
+
+
+def open_page(browser, path: pathlib.Path):
+    page = browser.new_page(viewport={"width": 1100, "height": 900})
+    asked, errors = [], []
+    page.on("request", lambda r: asked.append(r.url))
+    page.on("console", lambda m: errors.append(m.text) if m.type == "error" else None)
+    page.on("pageerror", lambda e: errors.append(str(e)))
+    page.goto(path.as_uri())
+    page.wait_for_selector(".ajv[data-ready='1']", timeout=10_000)
+    return page, asked, errors
+
+
+@pytest.mark.slow
+def test_in_a_real_browser_hover_choose_click_and_read(browser, tmp_path):
+    model, ids = tiny()
+    labels = [f"w{i}" for i in range(len(ids))]
+    path = viewer.view(model, ids, labels, title="tiny").save(tmp_path / "attention.html")
+    want = weights_of(model, ids)
+    page, asked, errors = open_page(browser, path)
+    lines = page.locator(".ajv-lines")
+    page.hover(".ajv-queries .ajv-token[data-i='7']")                     # where query 7 looks, heads averaged
+    assert int(lines.get_attribute("data-strongest")) == int(want[0, :, 7].mean(0).argmax())
+    assert int(lines.get_attribute("data-lines")) == int((want[0, :, 7].mean(0) >= 0.01).sum())
+    page.select_option(".ajv-layer", "1")
+    page.select_option(".ajv-head", "2")                                  # one head of block 1
+    page.hover(".ajv-queries .ajv-token[data-i='9']")
+    assert int(lines.get_attribute("data-strongest")) == int(want[1, 2, 9].argmax())
+    page.hover(".ajv-keys .ajv-token[data-i='3']")                        # what looks at key 3
+    assert int(lines.get_attribute("data-strongest")) == int(want[1, 2, :, 3].argmax())
+    page.click(".ajv-tab[data-view='grid']")
+    assert page.locator(".ajv-cell").count() == 2 * 4
+    page.click(".ajv-cell[data-l='1'][data-h='3']")
+    assert page.get_attribute(".ajv", "data-shown") == "1,3"
+    box = page.locator(".ajv-big-canvas").bounding_box()
+    i, j = 10, 4                                                          # hover the middle of cell (10, 4)
+    page.mouse.move(box["x"] + (j + 0.5) * box["width"] / 12, box["y"] + (i + 0.5) * box["height"] / 12)
+    assert page.text_content(".ajv-tip") == f"query {i} 'w{i}' -> key {j} 'w{j}': {want[1, 3, i, j]:.4f}"
+    assert [u for u in asked if not u.startswith("file:")] == [] and errors == []
+    page.close()
+
+
+@pytest.mark.slow
+def test_a_few_hundred_tokens_stay_usable(browser, tmp_path):
+    T = 300
+    weights = np.tril(np.random.default_rng(1).random((2, 4, T, T)))
+    weights /= weights.sum(-1, keepdims=True)
+    path = viewer.AttentionView(weights, [f"tok{i}" for i in range(T)]).save(tmp_path / "long.html")
+    assert path.stat().st_size < 2_000_000
+    page, asked, errors = open_page(browser, path)
+    took = page.evaluate("""() => { const t = performance.now();
+        document.querySelector(".ajv-queries .ajv-token[data-i='299']").dispatchEvent(new Event("mouseenter"));
+        return performance.now() - t; }""")
+    assert took < 500 and int(page.get_attribute(".ajv-lines", "data-strongest")) == int(weights[0, :, 299].mean(0).argmax())
+    page.click(".ajv-tab[data-view='grid']")
+    page.click(".ajv-cell[data-l='1'][data-h='0']")
+    assert page.get_attribute(".ajv", "data-shown") == "1,0" and errors == [] and \
+        [u for u in asked if not u.startswith("file:")] == []
+    page.close()
