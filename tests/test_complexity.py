@@ -149,6 +149,7 @@ def test_the_table_is_float32_products_on_every_backend(monkeypatch, backend, in
     assert jax.config.jax_default_matmul_precision == before
 
 
+@pytest.mark.slow
 def test_a_memory_budget_that_leaves_no_slope_is_one_line_not_claims_failing_on_nan(tmp_path, capsys):
     code = complexity.main(["--preset", "smoke", "--out", str(tmp_path), "--memory-budget-mb", "1"])
     err = capsys.readouterr().err.strip()

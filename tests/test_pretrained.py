@@ -37,7 +37,8 @@ def hf_logits(model, ids) -> np.ndarray:
         return model(torch.as_tensor(np.asarray(ids))).logits.numpy()
 
 
-@pytest.fixture(scope="module", params=list(SHAPES))
+@pytest.fixture(scope="module", params=[name if name == "one_layer" else pytest.param(name, marks=pytest.mark.slow)
+                                        for name in SHAPES])
 def checkpoint(request, tmp_path_factory):
     folder = tmp_path_factory.mktemp(request.param)
     model = hf_model(request.param)

@@ -268,6 +268,7 @@ def test_fit_refuses_seeds_the_engine_was_not_built_for_before_any_work(tmp_path
     assert not (tmp_path / "run").exists()
 
 
+@pytest.mark.slow
 def test_a_finished_run_reopened_keeps_every_step_and_edited_metrics_retrain_it(tmp_path, capsys):
     first = run(workdir=tmp_path)
     again = run(workdir=tmp_path)                                   # resumed at its last step: nothing to train
