@@ -65,6 +65,12 @@ def page(name: str, r: dict) -> str:
                report.format_table([("what", "figure", ""), ("book", "book", ""), ("ours", "ours", "")], r["book"]),
                ""]
     md += ["## Claims", ""] + [_claim(c) for c in r["claims"]] + [""]
+    seeded = [c for c in r["claims"] if c.get("seeds")]
+    if seeded:       # how far each claim travels: in how many seeds it held, and by how little at worst
+        md += ["## Robustness", "", report.format_table(
+            [("claim", "claim", ""), ("held", "held in", ""), ("least", "smallest margin", ".3g")],
+            [{"claim": c["claim"], "held": f"{c['seeds']['held']} of {c['seeds']['of']} seeds",
+              "least": c["seeds"].get("smallest_margin")} for c in seeded]), ""]
     for title, table in r.get("tables", {}).items():
         md += [f"## {title}", "", table, ""]
     for fig in r.get("figures", []):

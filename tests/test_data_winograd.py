@@ -165,3 +165,20 @@ def test_missing_file_and_cross_file_clashes(tmp_path):
     braces = write(tmp_path, "braces.txt", "cat\n{ref}\n")          # a slot marker as a noun
     with pytest.raises(DataError, match="holds a brace"):
         wg.load_spec(braces)
+
+
+def test_word_pools_are_drawn_the_same_every_time_clash_with_nothing_and_keep_the_kinds_balanced():
+    assert wg.draw_pool(0) == wg.WinogradSpec()                          # pool 0: the book's
+    book = set(wg.WinogradSpec().nouns) | {a for a, _ in wg.WinogradSpec().adjectives}
+    template = set(wg.TEMPLATE.split(" ")) - set(wg.SLOTS)
+    drawn = [wg.draw_pool(k) for k in range(1, 6)]
+    assert drawn == [wg.draw_pool(k) for k in range(1, 6)]              # deterministic
+    assert len({p.nouns for p in drawn}) == 5                            # and different pools
+    for p in drawn:
+        words = set(p.nouns) | {a for a, _ in p.adjectives}
+        assert not words & book and not words & template and len(words) == 24
+        assert p.kinds.count("animal") == p.kinds.count("place") == 8
+        assert [s for _, s in p.adjectives].count("x") == [s for _, s in p.adjectives].count("y") == 4
+        wg.make_task(p, leaky=True)                                      # the leaky task can be made from it
+    with pytest.raises(ConfigError, match="pool -1 does not exist"):
+        wg.draw_pool(-1)

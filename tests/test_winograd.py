@@ -211,3 +211,22 @@ def test_a_width_the_heads_cannot_split_is_refused_before_any_row_trains(tmp_pat
     err = capsys.readouterr().err.strip()
     assert code == 2 and len(err.splitlines()) == 1 and "d_model=3 is not divisible by n_heads=4" in err
     assert not (tmp_path / "winograd" / "rows").exists()
+
+
+@pytest.mark.slow
+def test_every_claim_is_checked_on_each_word_pool(tmp_path):
+    code = winograd.main([*SMOKE, "--pools", "2", "--out", str(tmp_path)])
+    assert code == 0
+    results = json.loads((tmp_path / "winograd" / "results.json").read_text())
+    pools = results["pools"]
+    assert [p["pool"] for p in pools] == [0, 1] and pools[0]["nouns"][:2] == ["animal", "dog"]
+    assert len(pools[1]["claims"]) == len(pools[0]["claims"]) == len(results["claims"]) == 4
+    table = (tmp_path / "winograd" / "table.md").read_text()
+    assert "on 2 word pools" in table and "held (pools x seeds)" in table
+
+
+def test_pools_and_word_files_do_not_mix(tmp_path, capsys):
+    words = tmp_path / "nouns.txt"
+    words.write_text("cat\ndog\n")
+    assert winograd.main([*SMOKE, "--pools", "3", "--nouns", str(words), "--out", str(tmp_path)]) == 2
+    assert "--pools draws its own word pools" in capsys.readouterr().err

@@ -45,6 +45,14 @@ ADJECTIVES = (("tired", "x"), ("scared", "x"), ("slow", "x"), ("weak", "x"),
               ("wet", "y"), ("wide", "y"), ("busy", "y"), ("steep", "y"))
 KINDS = ("animal", "place")
 SLOTS = ("{x}", "{y}", "{adj}", "{ref}")
+# Words for pools other than the book's (`draw_pool`): none of them is one of its words or the template's.
+MORE_ANIMALS = ("mouse", "rabbit", "deer", "wolf", "bear", "duck", "goose", "hen", "pig", "mule", "donkey", "camel",
+                "lion", "tiger", "otter", "badger", "hare", "lamb", "calf", "pony", "moose", "boar", "frog", "turtle")
+MORE_PLACES = ("lane", "canal", "stream", "valley", "meadow", "plaza", "path", "trail", "creek", "ditch", "ramp",
+               "tunnel", "park", "garden", "court", "alley", "avenue", "bay", "pond", "lawn", "moat", "gorge",
+               "hill", "marsh")
+MORE_ADJECTIVES = {"x": ("sleepy", "lazy", "old", "afraid", "small", "hungry", "sick", "shy", "lame", "nervous"),
+                   "y": ("icy", "narrow", "muddy", "dark", "long", "crowded", "deep", "rough", "high", "flooded")}
 NOUNS_FORMAT = "one noun per line, optionally followed by its kind animal or place; # starts a comment"
 ADJECTIVES_FORMAT = "one 'word x' or 'word y' per line (x: it is the first noun, y: the second)"
 
@@ -127,6 +135,22 @@ def load_adjectives(path) -> tuple[tuple[str, str], ...]:
             raise DataError(f"{path}:{i}: {' '.join(fields[:-1])!r} is not one word; "
                             f"join multi-word adjectives with '_' and end the line with x or y")
     return tuple((f[0], f[1]) for _, f in rows)
+
+
+def draw_pool(k: int, *, nouns_per_kind: int = 8, adjectives_per_side: int = 4, seed: int = 0) -> WinogradSpec:
+    """Word pool `k`: 0 is the book's; any other, 8 animals, 8 places and 4 adjectives of each side
+    drawn from the built-in lists (none of the book's words) with default_rng((seed, k)), the same
+    pool for the same k on every machine."""
+    if k == 0:
+        return WinogradSpec()
+    if k < 0:
+        raise ConfigError(f"pool {k} does not exist; pools are 0 (the book's), 1, 2, ...")
+    rng = np.random.default_rng((seed, k))
+    pick = lambda words, n: tuple(words[i] for i in sorted(rng.choice(len(words), n, replace=False)))
+    animals, places = pick(MORE_ANIMALS, nouns_per_kind), pick(MORE_PLACES, nouns_per_kind)
+    adjectives = tuple((a, side) for side in ("x", "y") for a in pick(MORE_ADJECTIVES[side], adjectives_per_side))
+    return WinogradSpec(nouns=animals + places, kinds=("animal",) * len(animals) + ("place",) * len(places),
+                        adjectives=adjectives)
 
 
 def load_spec(nouns=None, adjectives=None, base: WinogradSpec | None = None) -> WinogradSpec:

@@ -21,6 +21,71 @@ def flags(p) -> None:
                    help="noun pool: one noun per line, optionally 'animal' or 'place' after it")
     p.add_argument("--adjectives", default=None, metavar="FILE",
                    help="adjectives: one 'word x' (it = first noun) or 'word y' (it = second) per line")
+    p.add_argument("--pools", type=cli.positive_int, default=1, metavar="K",
+                   help="also train every row on K - 1 word pools drawn from built-in lists (pool 0: the book's), "
+                        "and check every claim on each")
+
+
+def pools_table(found: list[dict], n_seeds: int) -> str:
+    """A row per claim: its verdict and margin on each pool, in how many pools x seeds it held, the least margin."""
+    rows = []
+    for j, c in enumerate(found[0]["claims"]):
+        row, held, margins = {"claim": c["claim"]}, 0, []
+        for p in found:
+            v = p["claims"][j]
+            held += v["seeds"]["held"] if "seeds" in v else int(v["passed"])
+            margin = v["seeds"]["smallest_margin"] if "seeds" in v else v.get("margin")
+            margins.append(margin)
+            row[f"pool {p['pool']}"] = f"{report.verdict(v)} ({margin:.3g})" if margin is not None else report.verdict(v)
+        row["held"] = f"{held} of {len(found) * n_seeds}"
+        row["least"] = min(m for m in margins if m is not None) if any(m is not None for m in margins) else None
+        rows.append(row)
+    return report.format_table([("claim", "claim", "")] + [(f"pool {p['pool']}", f"pool {p['pool']}", "")
+                                                            for p in found]
+                               + [("held", "held (pools x seeds)", ""), ("least", "least margin", ".3g")], rows)
+
+def train_pool(ctx, table, spec) -> dict:
+    """Every chosen row trained on one word pool: its records, the splits, and (with the two-block row)
+    its attention demo per seed, gathered as the claims read them (`check`)."""
+    from attention_jax.data import winograd as wg
+    tc, seeds, book = ctx.settings, ctx.seeds, spec == wg.WinogradSpec()
+    splits = {task: Splits(spec, task == "leaky") for task in TASKS}
+    for task in TASKS:   # a word list the chosen rows cannot use is refused before anything trains
+        if any(r.startswith(task + "_") for r in ctx.rows):
+            for s in seeds:
+                splits[task](s)
+    vocab, context = wg.vocabulary(spec), len(spec.template.split(" ")) - 1
+    configs = {}            # every chosen row's model first: a --width the heads cannot split is refused now
+    for name in ctx.rows:
+        configs[name] = dataclasses.replace(MODELS[name.split("_", 1)[1]][1], vocab_size=len(vocab), context=context,
+                                            d_model=ctx.args.width, n_heads=HEADS)
+    records = []
+    for name in ctx.rows:
+        task_name, model_name = name.split("_", 1)
+        sp = splits[task_name]
+        r = table.train(name, configs[name], task=make_task(sp, seeds, tc.batch_size),
+                        reopen=name == "clean_two_blocks", measures={"by_adjective": by_adjective(sp, seeds)},
+                        say=lambda r: (f"params {r['params']:>8,}  held-out {pct(r, 'accuracy'):>11}%  other noun "
+                                       f"{pct(r, 'other_noun'):>11}%  train {pct(r, 'train_accuracy'):>11}%"))
+        t0 = sp(0)
+        r.update(task_kind=task_name, model=MODELS[model_name][0], held_out=pct(r, "accuracy"),
+                 other=pct(r, "other_noun"), train_acc=pct(r, "train_accuracy"), n_heldout=len(t0.heldout.sentences),
+                 n_train=len(t0.train.sentences),
+                 book=f"{BOOK[name][0]:.1f}" if book and name in BOOK else None,
+                 book_other=f"{BOOK[name][1]:.1f}" if book and name in BOOK and BOOK[name][1] else None)
+        records.append(r)
+    check, demos = {r["name"]: r for r in records}, []
+    if "clean_two_blocks" in check:
+        r = check["clean_two_blocks"]
+        demos = [attention_demo(table.load_model(r, seed=s), splits["clean"](s)) for s in seeds]
+        per_seed = {k: [d[k] for d in demos] for k in ("block1_pair_diff", "block1_all_adjectives_diff",
+                                                       "block1_heldout_diff", "block1_adjective_weight", "block2_shift")}
+        # Across seeds: block 1's figures at the worst seed (the claim is about every model), block 2's mean.
+        check["attention"] = {**{k: float(np.max(v) if k.startswith("block1") else np.mean(v))
+                                 for k, v in per_seed.items()},
+                              **{f"{k}_seeds": v for k, v in per_seed.items()}, "demo": demos[0]["demo"]}
+    return {"records": records, "check": check, "splits": splits, "demos": demos, "book": book}
+
 
 def run(ctx) -> Result:
     from attention_jax.data import winograd as wg
@@ -29,39 +94,15 @@ def run(ctx) -> Result:
     if ctx.data or ctx.corpus:
         raise ConfigError("winograd generates its own sentences: --data/--corpus do not apply; "
                           "change the words with --nouns FILE / --adjectives FILE")
+    if args.pools > 1 and (args.nouns or args.adjectives):
+        raise ConfigError("--pools draws its own word pools (pool 0 is the book's); drop --nouns/--adjectives")
     spec = wg.load_spec(args.nouns, args.adjectives)
-    book = spec == wg.WinogradSpec()
-    splits = {task: Splits(spec, task == "leaky") for task in TASKS}
-    for task in TASKS:   # a word list the chosen rows cannot use is refused before anything trains
-        if any(r.startswith(task + "_") for r in ctx.rows):
-            for s in seeds:
-                splits[task](s)
-    vocab = wg.vocabulary(spec)
-    context = len(spec.template.split(" ")) - 1
     table = Table(ctx)
-    configs = {}            # every chosen row's model first: a --width the heads cannot split is refused now
-    for name in ctx.rows:
-        label, base = MODELS[name.split("_", 1)[1]]
-        configs[name] = dataclasses.replace(base, vocab_size=len(vocab), context=context, d_model=args.width,
-                                            n_heads=HEADS)
-    records = []
-    for name in ctx.rows:
-        task_name, model_name = name.split("_", 1)
-        label, cfg = MODELS[model_name][0], configs[name]
-        sp = splits[task_name]
-        r = table.train(name, cfg, task=make_task(sp, seeds, tc.batch_size), reopen=name == "clean_two_blocks",
-                        measures={"by_adjective": by_adjective(sp, seeds)},
-                        say=lambda r: (f"params {r['params']:>8,}  held-out {pct(r, 'accuracy'):>11}%  other noun "
-                                       f"{pct(r, 'other_noun'):>11}%  train {pct(r, 'train_accuracy'):>11}%"))
-        t0 = sp(0)
-        r.update(task_kind=task_name, model=label, held_out=pct(r, "accuracy"), other=pct(r, "other_noun"),
-                 train_acc=pct(r, "train_accuracy"), n_heldout=len(t0.heldout.sentences),
-                 n_train=len(t0.train.sentences),
-                 book=f"{BOOK[name][0]:.1f}" if book and name in BOOK else None,
-                 book_other=f"{BOOK[name][1]:.1f}" if book and name in BOOK and BOOK[name][1] else None)
-        records.append(r)
+    pool = train_pool(ctx, table, spec)
+    records, splits, book = pool["records"], pool["splits"], pool["book"]
 
     by_name_ = {r["name"]: r for r in records}
+    check = pool["check"]
     budget = (f"{tc.steps} steps x batch {tc.batch_size}, lr {tc.lr:g}, width {args.width}, "
               f"{len(seeds)} seed(s)")
     title = f"Winograd toy, {ctx.preset} preset: {budget}"
@@ -76,13 +117,11 @@ def run(ctx) -> Result:
               report.format_table(columns, [chance, *records])}
     figures = {"accuracy.png": accuracy_figure(records, book, title)}
     extra = {}
-    check = dict(by_name_)
-    if "clean_two_blocks" in by_name_:
+    if pool["demos"]:
         r = by_name_["clean_two_blocks"]
-        demos = [attention_demo(table.load_model(r, seed=s), splits["clean"](s)) for s in seeds]
         save_viewer(table.load_model(r), splits["clean"](0), ctx.folder / "attention.html",
                     f"Winograd toy, two blocks, seed 0 ({ctx.preset} preset)")
-        demo = demos[0]
+        demo, attention = pool["demos"][0], pool["check"]["attention"]
         sides = dict(spec.adjectives)
         a, b = demo["demo"]
         x, y = demo["pair"]
@@ -96,18 +135,22 @@ def run(ctx) -> Result:
                                                           f"two blocks, seed 0)")
         figures["block2_adjectives.png"] = rule_figure(demo, sides, f"block 2 at the referent, every adjective "
                                                                     f"({ctx.preset} preset, seed 0)")
-        figures_per_seed = {k: [d[k] for d in demos] for k in
-                            ("block1_pair_diff", "block1_all_adjectives_diff", "block1_heldout_diff",
-                             "block1_adjective_weight", "block2_shift")}
-        # Across seeds: block 1's figures at the worst seed (the claim is about every model), block 2's mean.
-        attention = {**{k: float(np.max(v) if k.startswith("block1") else np.mean(v))
-                        for k, v in figures_per_seed.items()},
-                     **{f"{k}_seeds": v for k, v in figures_per_seed.items()}, "demo": demo["demo"]}
-        check["attention"] = attention
         extra["attention"] = {"seed0": demo, **attention}
         print(f"  block 1 at the referent, {a} vs {b}: max difference "
-              + ", ".join(f"{v:.3g}" for v in figures_per_seed["block1_pair_diff"])
+              + ", ".join(f"{v:.3g}" for v in attention["block1_pair_diff_seeds"])
               + f" (per seed); block 2 moves {demo['block2_shift']:.2f} of its weight", flush=True)
+    if args.pools > 1:
+        pools = [(0, spec, pool["check"])] + [(k, wg.draw_pool(k), None) for k in range(1, args.pools)]
+        found = []
+        for k, words, check_k in pools:
+            if check_k is None:
+                print(f"pool {k}: {', '.join(words.nouns)}; {', '.join(a for a, _ in words.adjectives)}", flush=True)
+                check_k = train_pool(ctx, table, words)["check"]
+            found.append({"pool": k, "nouns": list(words.nouns), "adjectives": [list(a) for a in words.adjectives],
+                          "claims": report.claims_across_seeds(claims, check_k, len(seeds))})
+        extra["pools"] = found
+        tables[f"Each claim on {args.pools} word pools (0: the book's), {len(seeds)} seed(s) each"] = \
+            pools_table(found, len(seeds))
     if tc.eval_every and any(len(r["history"]) > 1 for r in records):
         from experiments.plots import curves
         figures["curves.png"] = curves(records, ("accuracy", "train_accuracy"),
