@@ -45,6 +45,28 @@ def _minutes(seconds: float) -> str:
     return f"{seconds:.0f} s" if seconds < 90 else f"{seconds / 60:.0f} min"
 
 
+def cost(r: dict) -> tuple[float | None, float]:
+    """(the run's wall seconds, the training seconds of the rows it took from the row cache).
+
+    A table rerun over its cached rows takes seconds; what it costs from an empty cache is both."""
+    rows = [row for row in r.get("rows", []) if isinstance(row, dict)]
+    cached = sum(row.get("seconds") or 0.0 for row in rows if row.get("cached"))
+    return r.get("time", {}).get("wall_s"), cached
+
+
+def _took(r: dict) -> str:
+    wall, cached = cost(r)
+    if wall is None:
+        return ""
+    said = f", {_minutes(wall)} wall"
+    if cached:
+        said += f" and {_minutes(cached)} of training in rows taken from its row cache (trained earlier on this machine)"
+    load, cores = r.get("time", {}).get("load"), (r.get("backend", {}).get("host") or {}).get("cores")
+    if load and cores and load[1] > cores:   # the 5-minute load average at the end of the run
+        said += f"; the machine's load average was {load[1]:.1f} on {cores} cores, so these are a shared machine's times"
+    return said
+
+
 def _claim(c: dict) -> str:
     margin = f" (margin {c['margin']:.3g})" if c.get("margin") is not None else ""
     return f"- **{report.verdict(c)}** {report.claim_text(c)}{margin}"
@@ -58,8 +80,7 @@ def page(name: str, r: dict) -> str:
           f"[`{name}/results.json`]({name}/results.json); do not edit by hand.", ""]
     if r.get("backend"):
         from experiments.harness.platform import describe_backend
-        took = r.get("time", {}).get("wall_s")
-        md += [f"Ran on `{describe_backend(r['backend'])}`" + (f", {_minutes(took)} wall." if took else "."), ""]
+        md += [f"Ran on `{describe_backend(r['backend'])}`{_took(r)}.", ""]
     if r.get("book"):
         md += ["## The book's figures beside ours", "",
                report.format_table([("what", "figure", ""), ("book", "book", ""), ("ours", "ours", "")], r["book"]),
@@ -94,9 +115,9 @@ def index(results: dict[str, dict]) -> str:
 def experiments_table(results: dict[str, dict], *, link: str) -> str:
     rows = []
     for name, r in results.items():
-        took = r.get("time", {}).get("wall_s")
+        wall, cached = cost(r)
         rows.append({"command": f"[`experiments.{name}`]({link.format(name=name)})", "what": summary(name),
-                     "time": _minutes(took) if took else "-", "claims": report.tally(r["claims"]).split(" claims")[0]})
+                     "time": _minutes(wall + cached) if wall else "-", "claims": report.tally(r["claims"]).split(" claims")[0]})
     return report.format_table([("command", "experiment", ""), ("what", "what it regenerates", ""),
                                 ("time", "cpu preset, 2 cores", ""), ("claims", "claims held", "")], rows)
 

@@ -67,6 +67,20 @@ def test_a_page_changed_by_hand_is_caught(tmp_path, monkeypatch):
     assert pages.main(["--check"]) == 1
 
 
+def test_a_table_rerun_over_its_row_cache_counts_the_cached_rows_training():
+    from experiments import pages
+    r = {"name": "ladder", "preset": "cpu", "claims": [],
+         "backend": {"backend": "cpu", "device_count": 1, "device_kinds": ["cpu"], "jax": "0", "jaxlib": "0",
+                     "flax": "0", "plugins": {}, "host": {"model": "x", "cores": 2, "bf16_units": []}},
+         "time": {"wall_s": 30.0, "load": [0.5, 3.5, 2.0]},
+         "rows": [{"seconds": 600.0, "cached": True}, {"seconds": 60.0, "cached": False}]}
+    assert pages.cost(r) == (30.0, 600.0)
+    assert " 10 min |" in pages.experiments_table({"ladder": r}, link="{name}.md")
+    text = pages.page("ladder", r)
+    assert "30 s wall and 10 min of training in rows taken from its row cache" in text
+    assert "load average was 3.5 on 2 cores" in text
+
+
 @pytest.mark.skipif(shutil.which("mkdocs") is None and not (pathlib.Path(sys.executable).parent / "mkdocs").exists(),
                     reason="mkdocs is not installed (pip install -e '.[test]')")
 def test_the_site_builds_strict(tmp_path):

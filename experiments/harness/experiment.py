@@ -188,7 +188,8 @@ class Experiment:
             if ctx.preset == "smoke" and not self.smoke_decides:
                 for claim in result.claims:
                     claim["decided"] = False
-            made = {**compile_clock.since(mark), "in_children": self.shares_accelerator}
+            made = {**compile_clock.since(mark), "in_children": self.shares_accelerator,
+                    "load": [round(x, 2) for x in os.getloadavg()]}   # 1, 5, 15 min: was the machine shared?
             result.extra = {"backend": backend, "time": {"wall_s": round(time.perf_counter() - started, 3), **made},
                             **result.extra}
             result.folder = report.publish(ctx.folder, result, show=show) if is_writer() else ctx.folder
