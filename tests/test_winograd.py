@@ -57,11 +57,12 @@ def test_smoke_writes_rows_columns_claims_and_pngs(runs):
     for header in ("held-out accuracy %", "book %", "other noun %", "train accuracy %", "chance"):
         assert header in table
     claims = run["results"]["claims"]
-    assert len(claims) == 4
+    assert len(claims) == 5
     for c in claims:
         assert {"claim", "passed", "measured", "margin"} <= set(c) and c["claim"] in table
     assert "no better than chance" in claims[0]["claim"] and "85%" in claims[1]["claim"]
-    assert "0.005" in claims[2]["claim"] and "leaky" in claims[3]["claim"]
+    assert "0.005" in claims[2]["claim"] and "the noun the adjective picks" in claims[3]["claim"]
+    assert "leaky" in claims[4]["claim"]
     for png in ("accuracy.png", "attention_pair.png", "block2_adjectives.png"):
         assert (folder / png).read_bytes()[:8] == PNG
     assert sorted(run["results"]["figures"]) == ["accuracy.png", "attention_pair.png", "block2_adjectives.png"]
@@ -83,6 +84,9 @@ def test_attention_demo_figures_have_the_right_shape(runs):
     assert att["block1_pair_diff"] == pytest.approx(np.abs(w[0, i] - w[0, j]).max())
     assert att["block1_pair_diff_seeds"] == [att["block1_pair_diff"]]
     assert set(demo["block2_rule"]) == set(demo["adjectives"]) and len(demo["predicted"]) == n_adj
+    other = {"x": "y", "y": "x"}      # the last block's margin for the picked noun, by hand from its rule
+    margin = min(demo["block2_rule"][a][side] - demo["block2_rule"][a][other[side]] for a, side in wg.ADJECTIVES)
+    assert att["block2_pick_margin"] == pytest.approx(margin) and att["block2_pick_margin_seeds"] == [margin]
     table = (runs["folder"] / "table.md").read_text()
     assert "Block 2 at the referent across all 8 adjectives" in table and "book block 2, wet" in table
 
@@ -220,9 +224,12 @@ def test_every_claim_is_checked_on_each_word_pool(tmp_path):
     results = json.loads((tmp_path / "winograd" / "results.json").read_text())
     pools = results["pools"]
     assert [p["pool"] for p in pools] == [0, 1] and pools[0]["nouns"][:2] == ["animal", "dog"]
-    assert len(pools[1]["claims"]) == len(pools[0]["claims"]) == len(results["claims"]) == 4
+    assert len(pools[1]["claims"]) == len(pools[0]["claims"]) == len(results["claims"]) == 5
+    assert set(pools[1]["attention"]) >= {"block1_adjective_weight", "block2_pick_margin"}
+    assert set(pools[1]["accuracy"]) == set(winograd.ROWS)
     table = (tmp_path / "winograd" / "table.md").read_text()
     assert "on 2 word pools" in table and "held (pools x seeds)" in table
+    assert "Two blocks at the referent, per word pool" in table and "block 1: most weight on the adjective" in table
 
 
 def test_pools_and_word_files_do_not_mix(tmp_path, capsys):

@@ -72,6 +72,10 @@ def attention_demo(model, task) -> dict:
             "block1_heldout_diff": spread,
             "block1_adjective_weight": float(w[0, :, slot["adj"]].max()),
             "block2_shift": float(0.5 * np.abs(w[-1, ix] - w[-1, iy]).sum()),
+            # The last block's weight on the noun the adjective picks, less its weight on the other
+            # noun, at the adjective that does it least (held-out means).
+            "block2_pick_margin": min(rule[a][side] - rule[a]["y" if side == "x" else "x"]
+                                      for a, side in spec.adjectives),
             "block2_rule": rule, "pair_heldout": (x, y) in set(task.heldout_pairs)}
 
 
@@ -97,6 +101,11 @@ def claims(r: dict) -> list[dict]:
                                 f"(max difference < {IDENTICAL:g})", d < IDENTICAL,
                                 f"max difference {d:.3g}; block 1 puts up to {att['block1_adjective_weight']:.3f} "
                                 f"on the adjective", IDENTICAL - d))
+    if "attention" in r and "block2_pick_margin" in r["attention"]:
+        m = r["attention"]["block2_pick_margin"]
+        out.append(report.claim("the last block looks more at the noun the adjective picks than at the other, "
+                                "for every adjective (held-out means)", m > 0,
+                                f"smallest margin {m:.3f} of attention weight", m))
     if {"leaky_average", "leaky_one_block"} <= set(acc):
         u, one = acc["leaky_average"], acc["leaky_one_block"]
         out.append(report.claim("in the leaky task the uniform average matches or beats one block", u >= one,

@@ -9,7 +9,7 @@ from attention_jax.errors import ConfigError
 from experiments.harness import cli, report
 from experiments.harness.experiment import Result
 from experiments.winograd.attention import attention_demo, claims, save_viewer
-from experiments.winograd.constants import BOOK, CHANCE, HEADS, MODELS, TASKS, WIDTH
+from experiments.winograd.constants import BOOK, CHANCE, HEADS, MODELS, ROWS, TASKS, WIDTH
 from experiments.winograd.figures import accuracy_figure, pair_figure, pair_table, pct, rule_figure, rule_table
 from experiments.winograd.task import Splits, by_adjective, make_task
 
@@ -24,6 +24,18 @@ def flags(p) -> None:
     p.add_argument("--pools", type=cli.positive_int, default=1, metavar="K",
                    help="also train every row on K - 1 word pools drawn from built-in lists (pool 0: the book's), "
                         "and check every claim on each")
+
+
+def pools_attention_table(found: list[dict]) -> str:
+    """Per pool: how much block 1 reads the adjective, and whether the last block looks at the picked noun."""
+    rows = [{"pool": p["pool"], "nouns": ", ".join(p["nouns"][:4]) + ", ...", **p["attention"],
+             **{n: p["accuracy"].get(n) for n in ("clean_one_block", "clean_two_blocks")}} for p in found]
+    return report.format_table([("pool", "pool", ""), ("nouns", "nouns", ""),
+                                ("clean_one_block", "one block %", ""), ("clean_two_blocks", "two blocks %", ""),
+                                ("block1_adjective_weight", "block 1: most weight on the adjective", ".3f"),
+                                ("block1_pair_diff", "block 1: the demo pair's rows differ by", ".3f"),
+                                ("block2_shift", "block 2: weight moved by the adjective", ".3f"),
+                                ("block2_pick_margin", "block 2: picked noun minus other, least", ".3f")], rows)
 
 
 def pools_table(found: list[dict], n_seeds: int) -> str:
@@ -79,9 +91,12 @@ def train_pool(ctx, table, spec) -> dict:
         r = check["clean_two_blocks"]
         demos = [attention_demo(table.load_model(r, seed=s), splits["clean"](s)) for s in seeds]
         per_seed = {k: [d[k] for d in demos] for k in ("block1_pair_diff", "block1_all_adjectives_diff",
-                                                       "block1_heldout_diff", "block1_adjective_weight", "block2_shift")}
-        # Across seeds: block 1's figures at the worst seed (the claim is about every model), block 2's mean.
-        check["attention"] = {**{k: float(np.max(v) if k.startswith("block1") else np.mean(v))
+                                                       "block1_heldout_diff", "block1_adjective_weight", "block2_shift",
+                                                       "block2_pick_margin")}
+        # Across seeds: each claim's figure at its worst seed (a claim is about every model), block 2's shift's mean.
+        worst = {"block2_pick_margin": np.min}
+        check["attention"] = {**{k: float(worst[k](v) if k in worst else np.max(v) if k.startswith("block1")
+                                          else np.mean(v))
                                  for k, v in per_seed.items()},
                               **{f"{k}_seeds": v for k, v in per_seed.items()}, "demo": demos[0]["demo"]}
     return {"records": records, "check": check, "splits": splits, "demos": demos, "book": book}
@@ -147,10 +162,15 @@ def run(ctx) -> Result:
                 print(f"pool {k}: {', '.join(words.nouns)}; {', '.join(a for a, _ in words.adjectives)}", flush=True)
                 check_k = train_pool(ctx, table, words)["check"]
             found.append({"pool": k, "nouns": list(words.nouns), "adjectives": [list(a) for a in words.adjectives],
-                          "claims": report.claims_across_seeds(claims, check_k, len(seeds))})
+                          "claims": report.claims_across_seeds(claims, check_k, len(seeds)),
+                          "accuracy": {n: pct(check_k[n], "accuracy") for n in ROWS if n in check_k},
+                          "attention": {k_: v for k_, v in check_k.get("attention", {}).items()
+                                        if k_.startswith("block") and not k_.endswith("_seeds")}})
         extra["pools"] = found
         tables[f"Each claim on {args.pools} word pools (0: the book's), {len(seeds)} seed(s) each"] = \
             pools_table(found, len(seeds))
+        if all(p["attention"] for p in found):
+            tables["Two blocks at the referent, per word pool (worst seed)"] = pools_attention_table(found)
     if tc.eval_every and any(len(r["history"]) > 1 for r in records):
         from experiments.plots import curves
         figures["curves.png"] = curves(records, ("accuracy", "train_accuracy"),
