@@ -77,6 +77,38 @@ def test_killed_run_resumes_bit_for_bit(tmp_path, monkeypatch, engine, dropout, 
     assert again.history == reference.history
 
 
+@pytest.mark.slow
+def test_ctrl_c_inside_a_save_leaves_that_step_alone_and_resumes_bit_for_bit(tmp_path, monkeypatch, engine, caplog):
+    """Ctrl-C landing inside orbax's save of step 6: orbax's writer threads may still be filling that
+    step's temporary folder, so the way out must not save step 6 again (that removed the folder under
+    them: a 30-100-line traceback). Step 3 stands; the cut save's leftover folder goes silently at the
+    next open, and the resumed run ends exactly where an unbroken one does."""
+    import orbax.checkpoint as ocp
+    eng = engine(MC, 1)
+    reference = run(engine=eng, workdir=tmp_path / "unbroken")
+    real_save, asked = ocp.CheckpointManager.save, []
+
+    def cut_at_6(self, step, *a, **kw):
+        asked.append(step)
+        if step == 6:
+            (self.directory / "6.orbax-checkpoint-tmp").mkdir()      # what a cut save leaves behind
+            raise KeyboardInterrupt
+        return real_save(self, step, *a, **kw)
+
+    with monkeypatch.context() as m, pytest.raises(KeyboardInterrupt):
+        m.setattr(ocp.CheckpointManager, "save", cut_at_6)
+        run(engine=eng, workdir=tmp_path / "broken")
+    assert asked == [3, 6]                              # step 6 asked for once, not again on the way out
+    folder = tmp_path / "broken" / "checkpoints"
+    assert sorted(p.name for p in folder.iterdir()) == ["3", "6.orbax-checkpoint-tmp"]
+    with caplog.at_level("WARNING"):
+        resumed = run(engine=eng, workdir=tmp_path / "broken")
+    assert resumed.resumed_from == 3 and "6.orbax-checkpoint-tmp" not in {p.name for p in folder.iterdir()}
+    assert not [r for r in caplog.records if "orbax-checkpoint-tmp" in r.getMessage()]
+    assert_same_state(resumed.state, reference.state)
+    assert resumed.final == reference.final and resumed.train_log == reference.train_log
+
+
 TC12 = dataclasses.replace(TC, steps=12, checkpoint_every=4, eval_every=4)   # 4 divides all three
 
 

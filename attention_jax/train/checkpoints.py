@@ -112,12 +112,15 @@ class Checkpoints:
         # Which steps are saved is `due`'s decision alone (every `every` steps, and a preemption
         # notice), and `save` always forces: orbax's default policy would also save the first
         # step of every run, so the steps kept would differ with the steps per call.
-        options = ocp.CheckpointManagerOptions(max_to_keep=KEEP, enable_async_checkpointing=False)
+        # cleanup_tmp_directories: a save cut short (Ctrl-C) leaves a temporary folder; it goes at the next open.
+        options = ocp.CheckpointManagerOptions(max_to_keep=KEEP, enable_async_checkpointing=False,
+                                               cleanup_tmp_directories=True)
         self.manager = ocp.CheckpointManager(self.dir, options=options)
         # Preemption notices come only through JAX's distributed runtime (on by default when it
         # starts, even for one process); without it nothing but the interval decides.
         self.preemptible = jax.distributed.is_initialized()
         self.preempted = False     # set by `due` when a preemption notice (not the interval) asks for the save
+        self.cut = None            # the step whose save an exception (Ctrl-C) cut short
 
     def restore(self, abstract_state) -> tuple[int, Any]:
         """(step, state) of the latest intact checkpoint of this run, or (0, None) to start afresh."""
@@ -196,8 +199,10 @@ class Checkpoints:
     def save(self, step: int, state, metrics_file: pathlib.Path | None = None) -> None:
         """Save `state` as `step` (whether to is `due`'s to say): orbax, then its checksum, the run that
         made it and the digest of the metrics logged so far (process 0)."""
+        self.cut = step
         try:
             saved = self.manager.save(step, args=ocp.args.StandardSave(state), force=True)
+            self.cut = None
         except Exception as e:
             full = _disk_full(e)
             if full is None:
@@ -216,6 +221,17 @@ class Checkpoints:
             with os.fdopen(fd, "w") as f:
                 f.write(json.dumps(self.sums, indent=1))
             os.replace(tmp, self.sums_file)
+
+    def keep(self, step: int, state, metrics_file: pathlib.Path | None = None) -> None:
+        """On an interruption: save `step` unless it is saved, or its save was what got cut (orbax's
+        writer threads still fill that step's temporary folder; saving it again would pull the folder
+        from under them). Anything failing here is let go: the last finished step stands."""
+        if self.cut is not None or self.manager.latest_step() == step:
+            return
+        try:
+            self.save(step, state, metrics_file)
+        except Exception:
+            pass                                     # the interrupted step may hold donated buffers
 
     def latest_step(self) -> int | None:
         return self.manager.latest_step()

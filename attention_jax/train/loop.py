@@ -161,12 +161,13 @@ def fit(engine: Engine, task: Task, *, seeds: Sequence[int] = (0,), workdir: str
                     raise Preempted(done)
             bar.update(n)
     except KeyboardInterrupt:
-        if ckpt and done > start and ckpt.latest_step() != done:
+        if ckpt and done > start and ckpt.latest_step() != done and ckpt.cut is None:
             try:
                 flush()
-                ckpt.save(done, state, metrics_file)   # keep what this run has finished
             except Exception:
-                pass                                 # the interrupted step may hold donated buffers
+                pass
+            else:
+                ckpt.keep(done, state, metrics_file)   # keep what this run has finished
         raise
     finally:
         bar.close()
