@@ -49,9 +49,13 @@ def cost(r: dict) -> tuple[float | None, float]:
     """(the run's wall seconds, the training seconds of the rows it took from the row cache).
 
     A table rerun over its cached rows takes seconds; what it costs from an empty cache is both."""
-    rows = [row for row in r.get("rows", []) if isinstance(row, dict)]
-    cached = sum(row.get("seconds") or 0.0 for row in rows if row.get("cached"))
-    return r.get("time", {}).get("wall_s"), cached
+    def trained(x) -> float:      # a row's record, or a table row holding records (scale_ablation's pairs)
+        if isinstance(x, dict):
+            if "cached" in x and "seconds" in x:
+                return (x["seconds"] or 0.0) if x["cached"] else 0.0
+            return sum(trained(v) for v in x.values())
+        return sum(trained(v) for v in x) if isinstance(x, list) else 0.0
+    return r.get("time", {}).get("wall_s"), trained(r.get("rows", []))
 
 
 def _took(r: dict) -> str:

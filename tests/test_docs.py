@@ -73,8 +73,9 @@ def test_a_table_rerun_over_its_row_cache_counts_the_cached_rows_training():
          "backend": {"backend": "cpu", "device_count": 1, "device_kinds": ["cpu"], "jax": "0", "jaxlib": "0",
                      "flax": "0", "plugins": {}, "host": {"model": "x", "cores": 2, "bf16_units": []}},
          "time": {"wall_s": 30.0, "load": [0.5, 3.5, 2.0]},
-         "rows": [{"seconds": 600.0, "cached": True}, {"seconds": 60.0, "cached": False}]}
-    assert pages.cost(r) == (30.0, 600.0)
+         "rows": [{"seconds": 400.0, "cached": True}, {"seconds": 60.0, "cached": False},
+                  {"runs": {"a": {"seconds": 200.0, "cached": True}, "b": {"seconds": 9.0, "cached": False}}}]}
+    assert pages.cost(r) == (30.0, 600.0)       # nested records (a row holding a pair of runs) count too
     assert " 10 min |" in pages.experiments_table({"ladder": r}, link="{name}.md")
     text = pages.page("ladder", r)
     assert "30 s wall and 10 min of training in rows taken from its row cache" in text
