@@ -111,7 +111,9 @@ def page(name: str, r: dict) -> str:
 def index(results: dict[str, dict]) -> str:
     md = ["# Results", "",
           "Each experiment's cpu-preset run on a 2-core CPU, committed as `results.json` and figures and "
-          "turned into its page by `python -m experiments.pages`. Rerun any of them with the command on its page.",
+          "turned into its page by `python -m experiments.pages`. Rerun any of them with the command on its page. "
+          "The times are what each run took from an empty row cache, wall clock, on a machine that was not always "
+          "quiet: a page says so where its notes or its load average show other work beside it.",
           "", experiments_table(results, link="{name}.md"), ""]
     return "\n".join(md)
 
