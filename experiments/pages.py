@@ -76,6 +76,29 @@ def _claim(c: dict) -> str:
     return f"- **{report.verdict(c)}** {report.claim_text(c)}{margin}"
 
 
+def robustness(r: dict) -> list[dict]:
+    """A row per claim: where it was checked (one run, seeds, word pools x seeds), how often it held, the least margin."""
+    pools, rows = r.get("pools") or [], []
+    for j, c in enumerate(r["claims"]):
+        if not c.get("decided", True):
+            continue
+        if pools:
+            seen = [p["claims"][j] for p in pools]
+            held = sum(v["seeds"]["held"] if "seeds" in v else int(v["passed"]) for v in seen)
+            of = sum(v["seeds"]["of"] if "seeds" in v else 1 for v in seen)
+            margins = [v["seeds"]["smallest_margin"] if "seeds" in v else v.get("margin") for v in seen]
+            where = f"{len(pools)} word pools x {of // len(pools)} seed(s)"
+        elif c.get("seeds"):
+            held, of, margins = c["seeds"]["held"], c["seeds"]["of"], [c["seeds"].get("smallest_margin")]
+            where = f"{of} seeds"
+        else:
+            held, of, margins, where = int(c["passed"]), 1, [c.get("margin")], "one run"
+        known = [m for m in margins if m is not None]
+        rows.append({"claim": c["claim"], "where": where, "held": f"{held} of {of}",
+                     "least": min(known) if known and len(known) == len(margins) else None})
+    return rows
+
+
 def page(name: str, r: dict) -> str:
     """One experiment's page, from its results.json alone (and its note, when there is one)."""
     md = [f"# {name}: {summary(name)}", "",
@@ -90,12 +113,13 @@ def page(name: str, r: dict) -> str:
                report.format_table([("what", "figure", ""), ("book", "book", ""), ("ours", "ours", "")], r["book"]),
                ""]
     md += ["## Claims", ""] + [_claim(c) for c in r["claims"]] + [""]
-    seeded = [c for c in r["claims"] if c.get("seeds")]
-    if seeded:       # how far each claim travels: in how many seeds it held, and by how little at worst
-        md += ["## Robustness", "", report.format_table(
-            [("claim", "claim", ""), ("held", "held in", ""), ("least", "smallest margin", ".3g")],
-            [{"claim": c["claim"], "held": f"{c['seeds']['held']} of {c['seeds']['of']} seeds",
-              "least": c["seeds"].get("smallest_margin")} for c in seeded]), ""]
+    from experiments.all import TRAINING
+    if r["claims"] and (name in TRAINING or any(c.get("seeds") for c in r["claims"])):   # seeds apply
+        md += ["## Robustness", "", "Where each claim was checked, in how many of those checks it held, and its "
+               "smallest margin (in the claim's own unit). A claim checked once has only its margin to go on: "
+               "`--seeds N` checks it per seed" + (", `--pools K` on other words" if name == "winograd" else "") + ".",
+               "", report.format_table([("claim", "claim", ""), ("where", "checked on", ""), ("held", "held in", ""),
+                                        ("least", "smallest margin", ".3g")], robustness(r)), ""]
     for title, table in r.get("tables", {}).items():
         md += [f"## {title}", "", table, ""]
     for fig in r.get("figures", []):

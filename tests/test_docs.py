@@ -82,6 +82,20 @@ def test_a_table_rerun_over_its_row_cache_counts_the_cached_rows_training():
     assert "load average was 3.5 on 2 cores" in text
 
 
+def test_robustness_says_where_each_claim_was_checked_and_how_often_it_held():
+    from experiments import pages
+    once = {"claim": "a", "passed": True, "margin": 0.5}
+    seeded = {"claim": "b", "passed": True, "margin": 0.2,
+              "seeds": {"held": 2, "of": 3, "smallest_margin": -0.1}}
+    undecided = {"claim": "c", "passed": True, "margin": 1.0, "decided": False}
+    assert pages.robustness({"claims": [once, seeded, undecided]}) == [
+        {"claim": "a", "where": "one run", "held": "1 of 1", "least": 0.5},
+        {"claim": "b", "where": "3 seeds", "held": "2 of 3", "least": -0.1}]
+    pools = [{"claims": [dict(once, margin=m, passed=m > 0)]} for m in (0.5, -0.3, 0.1)]
+    assert pages.robustness({"claims": [once], "pools": pools}) == [
+        {"claim": "a", "where": "3 word pools x 1 seed(s)", "held": "2 of 3", "least": -0.3}]
+
+
 @pytest.mark.skipif(shutil.which("mkdocs") is None and not (pathlib.Path(sys.executable).parent / "mkdocs").exists(),
                     reason="mkdocs is not installed (pip install -e '.[test]')")
 def test_the_site_builds_strict(tmp_path):
