@@ -92,6 +92,8 @@ def test_robustness_says_where_each_claim_was_checked_and_how_often_it_held():
         {"claim": "a", "where": "one run", "held": "1 of 1", "least": 0.5},
         {"claim": "b", "where": "3 seeds", "held": "2 of 3", "least": -0.1}]
     pools = [{"claims": [dict(once, margin=m, passed=m > 0)]} for m in (0.5, -0.3, 0.1)]
+    assert pages.command("winograd", {"preset": "cpu", "pools": pools, "config": {"seeds": [0, 1]}}) == \
+        "python -m experiments.winograd --preset cpu --seeds 2 --pools 3"
     assert pages.robustness({"claims": [once], "pools": pools}) == [
         {"claim": "a", "where": "3 word pools x 1 seed(s)", "held": "2 of 3", "least": -0.3}]
 
