@@ -112,9 +112,13 @@ class Checkpoints:
         # Which steps are saved is `due`'s decision alone (every `every` steps, and a preemption
         # notice), and `save` always forces: orbax's default policy would also save the first
         # step of every run, so the steps kept would differ with the steps per call.
-        # cleanup_tmp_directories: a save cut short (Ctrl-C) leaves a temporary folder; it goes at the next open.
-        options = ocp.CheckpointManagerOptions(max_to_keep=KEEP, enable_async_checkpointing=False,
-                                               cleanup_tmp_directories=True)
+        # A save cut short (Ctrl-C, or a failure) leaves a temporary folder; it goes now, quietly. Not
+        # orbax's cleanup_tmp_directories: in the same process (a notebook calling fit again) the cut
+        # save's writer threads may still be filling it, and orbax's rmtree raises on that race.
+        if is_writer():
+            for tmp in self.dir.glob("*.orbax-checkpoint-tmp*"):
+                shutil.rmtree(tmp, ignore_errors=True)
+        options = ocp.CheckpointManagerOptions(max_to_keep=KEEP, enable_async_checkpointing=False)
         self.manager = ocp.CheckpointManager(self.dir, options=options)
         # Preemption notices come only through JAX's distributed runtime (on by default when it
         # starts, even for one process); without it nothing but the interval decides.
