@@ -27,6 +27,9 @@ SMALL = ModelConfig(vocab_size=44, context=24, d_model=32, n_layers=2, n_heads=4
 PNG = b"\x89PNG\r\n\x1a\n"
 
 
+FIGURES = {}      # name -> Figure of the first smoke run
+
+
 @pytest.fixture(scope="module")
 def runs(tmp_path_factory):
     """The smoke command twice into one folder; the second run may not train (fit raises)."""
@@ -38,7 +41,16 @@ def runs(tmp_path_factory):
             code = E.main(["--preset", "smoke", "--no-progress", "--out", str(out)])
         return code, buffer.getvalue(), json.loads((out / E.NAME / "results.json").read_text())
 
-    first = once()
+    from experiments.harness import report
+    real_publish = report.publish
+
+    def keep_figures(folder, result, **kw):       # the Figure objects, for the blank-panel test below
+        FIGURES.update(result.figures)
+        return real_publish(folder, result, **kw)
+
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setattr(report, "publish", keep_figures)
+        first = once()
     import attention_jax.train as train
 
     def no_fit(*args, **kwargs):
@@ -53,6 +65,12 @@ def runs(tmp_path_factory):
 @pytest.fixture(scope="module")
 def small():
     return model_lib.LanguageModel(SMALL, rngs=nnx.Rngs(3))
+
+
+@pytest.mark.slow
+def test_no_figure_of_the_smoke_run_has_a_blank_panel(runs):
+    from experiments.harness import report
+    assert FIGURES and {name: report.empty_axes(fig) for name, fig in FIGURES.items() if report.empty_axes(fig)} == {}
 
 
 @pytest.mark.slow
