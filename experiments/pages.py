@@ -89,20 +89,10 @@ def robustness(r: dict) -> list[dict]:
     for j, c in enumerate(r["claims"]):
         if not c.get("decided", True):
             continue
-        if pools:
-            seen = [p["claims"][j] for p in pools]
-            held = sum(v["seeds"]["held"] if "seeds" in v else int(v["passed"]) for v in seen)
-            of = sum(v["seeds"]["of"] if "seeds" in v else 1 for v in seen)
-            margins = [v["seeds"]["smallest_margin"] if "seeds" in v else v.get("margin") for v in seen]
-            where = f"{len(pools)} word pools x {of // len(pools)} seed(s)"
-        elif c.get("seeds"):
-            held, of, margins = c["seeds"]["held"], c["seeds"]["of"], [c["seeds"].get("smallest_margin")]
-            where = f"{of} seeds"
-        else:
-            held, of, margins, where = int(c["passed"]), 1, [c.get("margin")], "one run"
-        known = [m for m in margins if m is not None]
-        rows.append({"claim": c["claim"], "where": where, "held": f"{held} of {of}",
-                     "least": min(known) if known and len(known) == len(margins) else None})
+        held, of, least = report.held_across([p["claims"][j] for p in pools] if pools else [c])
+        where = (f"{len(pools)} word pools x {of // len(pools)} seed(s)" if pools else
+                 f"{of} seeds" if c.get("seeds") else "one run")
+        rows.append({"claim": c["claim"], "where": where, "held": f"{held} of {of}", "least": least})
     return rows
 
 

@@ -161,7 +161,7 @@ def fit(engine: Engine, task: Task, *, seeds: Sequence[int] = (0,), workdir: str
                     raise Preempted(done)
             bar.update(n)
     except KeyboardInterrupt:
-        if ckpt and done > start and ckpt.latest_step() != done and ckpt.cut is None:
+        if ckpt and done > start:
             try:
                 flush()
             except Exception:

@@ -92,6 +92,16 @@ def claims_across_seeds(check, records: dict[str, dict], n_seeds: int) -> list[d
     return claims
 
 
+def held_across(verdicts: Sequence[dict]) -> tuple[int, int, float | None]:
+    """(held, of, least margin) of one claim's verdicts (one per word pool, or a single one); a verdict
+    checked on several seeds counts each seed."""
+    held = sum(v["seeds"]["held"] if "seeds" in v else int(v["passed"]) for v in verdicts)
+    of = sum(v["seeds"]["of"] if "seeds" in v else 1 for v in verdicts)
+    margins = [m for v in verdicts
+               if (m := v["seeds"].get("smallest_margin") if "seeds" in v else v.get("margin")) is not None]
+    return held, of, min(margins) if margins else None
+
+
 UNDECIDED = "not checked at this budget"
 
 

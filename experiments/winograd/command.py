@@ -38,19 +38,17 @@ def pools_attention_table(found: list[dict]) -> str:
                                 ("block2_pick_margin", "block 2: picked noun minus other, least", ".3f")], rows)
 
 
-def pools_table(found: list[dict], n_seeds: int) -> str:
+def pools_table(found: list[dict]) -> str:
     """A row per claim: its verdict and margin on each pool, in how many pools x seeds it held, the least margin."""
     rows = []
     for j, c in enumerate(found[0]["claims"]):
-        row, held, margins = {"claim": c["claim"]}, 0, []
+        row = {"claim": c["claim"]}
         for p in found:
             v = p["claims"][j]
-            held += v["seeds"]["held"] if "seeds" in v else int(v["passed"])
-            margin = v["seeds"]["smallest_margin"] if "seeds" in v else v.get("margin")
-            margins.append(margin)
+            margin = report.held_across([v])[2]
             row[f"pool {p['pool']}"] = f"{report.verdict(v)} ({margin:.3g})" if margin is not None else report.verdict(v)
-        row["held"] = f"{held} of {len(found) * n_seeds}"
-        row["least"] = min(m for m in margins if m is not None) if any(m is not None for m in margins) else None
+        held, of, row["least"] = report.held_across([p["claims"][j] for p in found])
+        row["held"] = f"{held} of {of}"
         rows.append(row)
     return report.format_table([("claim", "claim", "")] + [(f"pool {p['pool']}", f"pool {p['pool']}", "")
                                                             for p in found]
@@ -168,7 +166,7 @@ def run(ctx) -> Result:
                                         if k_.startswith("block") and not k_.endswith("_seeds")}})
         extra["pools"] = found
         tables[f"Each claim on {args.pools} word pools (0: the book's), {len(seeds)} seed(s) each"] = \
-            pools_table(found, len(seeds))
+            pools_table(found)
         if all(p["attention"] for p in found):
             tables["Two blocks at the referent, per word pool (worst seed)"] = pools_attention_table(found)
     if tc.eval_every and any(len(r["history"]) > 1 for r in records):
