@@ -24,7 +24,7 @@ INITS = ("torch", "gpt2")
 ATTENTIONS = ("auto", "reference", "causal_halves", "chunked", "fused")
 DTYPES = ("float32", "bfloat16")
 GELUS = ("exact", "tanh")
-LATER = {"gelu": "exact", "output_bias": True}    # fields added after 2026-12-01, at the default that keeps old keys   # compute dtype; parameters and optimizer state stay float32
+LATER = {"gelu": "exact", "output_bias": True, "matmul_dtype": None}    # fields added after 2026-12-01, at the default that keeps old keys   # compute dtype; parameters and optimizer state stay float32
 
 
 def _whole_numbers(config, names) -> None:
@@ -81,6 +81,7 @@ class ModelConfig:
     attention: str = "auto"            # see ATTENTIONS
     attention_chunk: int = 512         # the chunked backend's block of keys (and of queries)
     dtype: str = "float32"             # compute dtype: bfloat16 = mixed precision
+    matmul_dtype: str | None = None    # the dense layers' product inputs alone (bfloat16: float32 elsewhere); None: dtype
     tie_embeddings: bool = False       # output layer reuses the token table
     bias: bool = True                  # biases in W_o, feed-forward, LayerNorm, output layer
     qkv_bias: bool = False             # the chapter's heads have none; GPT-2's do
@@ -134,6 +135,8 @@ class ModelConfig:
                  f"max_positions={self.max_positions} is smaller than context={self.context}")
         need(self.attention in ATTENTIONS, f"attention={self.attention!r}; choose one of {', '.join(ATTENTIONS)}")
         need(self.dtype in DTYPES, f"dtype={self.dtype!r}; choose one of {', '.join(DTYPES)}")
+        need(self.matmul_dtype is None or self.matmul_dtype in DTYPES,
+             f"matmul_dtype={self.matmul_dtype!r}; choose None (the compute dtype) or one of {', '.join(DTYPES)}")
         need(self.gelu in GELUS, f"gelu={self.gelu!r}; choose 'exact' or 'tanh' (GPT-2's approximation)")
         need(_whole(self.attention_chunk), f"attention_chunk={self.attention_chunk!r} must be a positive integer up to 2**31 - 1")
         if self.attention == "chunked":

@@ -210,11 +210,13 @@ def alibi_bias(n_heads: int, n: int, queries: jax.Array | None = None) -> jax.Ar
 
 # --- per-position layers ---------------------------------------------------------------
 
-def dense(x: jax.Array, kernel: jax.Array, bias: jax.Array | None = None) -> jax.Array:
+def dense(x: jax.Array, kernel: jax.Array, bias: jax.Array | None = None, *, operands=None) -> jax.Array:
     """x·W (+ b) on the last axis, every projection; backward by hand (attention_jax.kernels).
 
+    operands: a dtype the product's inputs are rounded to (bfloat16: float32 in and out, the
+    product on a CPU's or GPU's bfloat16 units, accumulated in float32).
     Integer/bool inputs are promoted to float32 (an integer product would be truncated)."""
-    return _fast_dense(floating(x), floating(kernel), None if bias is None else floating(bias))
+    return _fast_dense(floating(x), floating(kernel), None if bias is None else floating(bias), operands=operands)
 
 
 def layer_norm(x: jax.Array, scale: jax.Array, bias: jax.Array | None, eps: float = 1e-5) -> jax.Array:

@@ -5,12 +5,17 @@ compare them), from cheaper operations. Left to autodiff, the weight gradient x�
 XLA copy the *larger* operand transposed first (the output layer's logit gradient) and run a
 slower kernel. Here dx = dy·Wᵀ reads W transposed in place, and dW keeps the smaller operand
 on the transposed side (an optimization barrier stops XLA from folding the transpose back).
-In bfloat16/float16 every product accumulates in float32 and is rounded once. Like every
+In bfloat16/float16 every product accumulates in float32 and is rounded once. With
+`operands=bfloat16` and float32 x, only the products' inputs are rounded: the result, the
+gradients and everything around the layer stay float32 (a CPU's bfloat16 units multiply,
+its vector units do the rest at full rate). Like every
 `jax.custom_vjp` it supports reverse mode and vmap, not forward mode (jvp, jacfwd).
 docs/performance.md has what it saves, measured by `python -m experiments.throughput`.
 This module imports nothing from the package, so the functional core can build on it.
 """
 from __future__ import annotations
+
+from functools import partial
 
 import jax
 import jax.numpy as jnp
@@ -29,31 +34,34 @@ def _low_precision(dtype) -> bool:
     return dtype in (jnp.bfloat16, jnp.float16)
 
 
-def _matmul(x, kernel, bias):
-    y = _dot(x, kernel)
+def _matmul(x, kernel, bias, operands):
+    y = _dot(x.astype(operands or x.dtype), kernel.astype(operands or kernel.dtype))
     y = y if bias is None else y + bias
     return y.astype(x.dtype)
 
 
-@jax.custom_vjp
-def _dense(x, kernel, bias):
-    return _matmul(x, kernel, bias)
+@partial(jax.custom_vjp, nondiff_argnums=(3,))
+def _dense(x, kernel, bias, operands):
+    return _matmul(x, kernel, bias, operands)
 
 
-def _forward(x, kernel, bias):
-    return _matmul(x, kernel, bias), (x, kernel, bias)
+def _forward(x, kernel, bias, operands):
+    # x is kept as the product read it (bfloat16: half float32's memory); dy has x's own dtype.
+    return _matmul(x, kernel, bias, operands), (x.astype(operands or x.dtype), kernel, bias)
 
 
-def _backward(saved, dy):
-    x, kernel, bias = saved
+def _backward(operands, saved, dy):
+    x, kernel_in, bias = saved
+    kernel, x_dtype, kernel_dtype = kernel_in.astype(operands or kernel_in.dtype), dy.dtype, kernel_in.dtype
+    dy_in = dy.astype(x.dtype)
     if _low_precision(x.dtype) and jax.default_backend() == "cpu":
-        dx, d_kernel = _low_precision_cpu_grads(x, kernel, dy)
+        dx, d_kernel = _low_precision_cpu_grads(x, kernel, dy_in)
     else:
-        dx, d_kernel = _grads(x.reshape(-1, x.shape[-1]), kernel, dy.reshape(-1, dy.shape[-1]))
+        dx, d_kernel = _grads(x.reshape(-1, x.shape[-1]), kernel, dy_in.reshape(-1, dy.shape[-1]))
         dx = dx.reshape(x.shape)
     d_bias = None if bias is None else \
         jnp.sum(dy.reshape(-1, dy.shape[-1]), axis=0, dtype=jnp.float32).astype(bias.dtype)
-    return dx.astype(x.dtype), d_kernel.astype(kernel.dtype), d_bias
+    return dx.astype(x_dtype), d_kernel.astype(kernel_dtype), d_bias
 
 
 def _grads(x2, kernel, dy):
@@ -86,8 +94,12 @@ def _low_precision_cpu_grads(x, kernel, dy):
 _dense.defvjp(_forward, _backward)
 
 
-def dense(x: jax.Array, kernel: jax.Array, bias: jax.Array | None = None) -> jax.Array:
-    """x·W (+ b) over the last axis of `x`: [..., in] · [in, out] -> [..., out]."""
+def dense(x: jax.Array, kernel: jax.Array, bias: jax.Array | None = None, *, operands=None) -> jax.Array:
+    """x·W (+ b) over the last axis of `x`: [..., in] · [in, out] -> [..., out], in x's dtype.
+
+    operands: a dtype (bfloat16) both inputs are rounded to for the product alone, which
+    accumulates in float32; None: the product in x's and W's own dtypes."""
+    operands = None if operands is None else jnp.dtype(operands)
     if x.ndim == 1:
-        return _dense(x[None], kernel, bias)[0]
-    return _dense(x, kernel, bias)
+        return _dense(x[None], kernel, bias, operands)[0]
+    return _dense(x, kernel, bias, operands)

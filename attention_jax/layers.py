@@ -35,19 +35,19 @@ def _embed_init(kind: str):
 class Dense(nnx.Module):
     """x·W (+ b). Parameters are float32; with a `dtype` (mixed precision) the product is computed in it."""
 
-    def __init__(self, d_in: int, d_out: int, *, bias: bool, init: str, rngs: nnx.Rngs, dtype=None):
+    def __init__(self, d_in: int, d_out: int, *, bias: bool, init: str, rngs: nnx.Rngs, dtype=None, operands=None):
         self.kernel = nnx.Param(_kernel_init(init)(rngs.params(), (d_in, d_out)))
         bound = d_in ** -0.5
         torch_bias = lambda: jax.random.uniform(rngs.params(), (d_out,), minval=-bound, maxval=bound)
         self.bias = nnx.Param(torch_bias() if init == "torch" else jnp.zeros((d_out,))) if bias else None
-        self.dtype = dtype
+        self.dtype, self.operands = dtype, operands
 
     def __call__(self, x):
         kernel, bias = self.kernel[...], None if self.bias is None else self.bias[...]
         if self.dtype is not None:
             x, kernel = x.astype(self.dtype), kernel.astype(self.dtype)
             bias = None if bias is None else bias.astype(self.dtype)
-        return F.dense(x, kernel, bias)
+        return F.dense(x, kernel, bias, operands=self.operands)
 
 
 class LayerNorm(nnx.Module):
@@ -61,7 +61,8 @@ class LayerNorm(nnx.Module):
 
 
 def _dense(config: ModelConfig, rngs: nnx.Rngs, d_in: int, d_out: int, *, bias: bool) -> Dense:
-    return Dense(d_in, d_out, bias=bias, init=config.init, rngs=rngs, dtype=_compute_dtype(config))
+    return Dense(d_in, d_out, bias=bias, init=config.init, rngs=rngs, dtype=_compute_dtype(config),
+                 operands=config.matmul_dtype)
 
 
 def _compute_dtype(config: ModelConfig):

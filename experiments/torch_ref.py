@@ -142,10 +142,12 @@ if torch is not None:
             return self
 
 
-def torch_contestant(batch: int, config):
+def torch_contestant(batch: int, config, dtype: str = "float32"):
     """The throughput benchmark's torch side: (step(i), None, info), one AdamW training step on
     the i-th of four fixed random batches, eagerly, with torch's defaults (a thread per core;
-    on a GPU, TF32 products allowed, as in our float32 step)."""
+    on a GPU, TF32 products allowed, as in our float32 step). dtype "bfloat16": the forward
+    under `torch.autocast` (bfloat16 products, float32 weights and loss), torch's own mixed
+    precision."""
     import_torch()
     dev = "cuda" if torch.cuda.is_available() else "cpu"
     if dev == "cuda":   # float32 products in TF32, as JAX's default precision takes them on a recent GPU
@@ -156,12 +158,19 @@ def torch_contestant(batch: int, config):
     vocab, context = config.vocab_size, config.context
     batches = [torch.randint(0, vocab, (2, batch, context), device=dev) for _ in range(4)]
 
+    import contextlib
+    low = dtype != "float32"
+    autocast = (lambda: torch.autocast(dev, dtype=torch.bfloat16)) if low else contextlib.nullcontext
+
     def step(i):
         x, y = batches[i % 4]
-        loss = TF.cross_entropy(model(x).view(-1, vocab), y.reshape(-1))
+        with autocast():
+            logits = model(x)
+        loss = TF.cross_entropy(logits.float().view(-1, vocab), y.reshape(-1))
         opt.zero_grad(set_to_none=True)
         loss.backward()
         opt.step()
         loss.item()   # waits for the device, as block_until_ready does for JAX
 
-    return step, None, {"backend": dev, "threads": torch.get_num_threads()}
+    return step, None, {"backend": dev, "threads": torch.get_num_threads(),
+                        "dtype": "bfloat16 autocast" if low else "float32"}

@@ -13,6 +13,7 @@ from attention_jax.model import LanguageModel
 INVALID = [
     # (kwargs, a field the message must name)
     (dict(mixer="conv"), "mixer"),
+    (dict(matmul_dtype="float16"), "matmul_dtype"),
     (dict(positions="relative"), "positions"),
     (dict(norm="sandwich"), "norm"),
     (dict(d_model=30, n_heads=4), "n_heads"),
@@ -281,8 +282,8 @@ def test_fields_added_later_leave_old_cache_keys_alone_until_they_are_set():
     from attention_jax.config import LATER
     assert set(LATER) <= set(ModelConfig().__dataclass_fields__)
     assert not set(LATER) & set(ModelConfig().to_dict())
-    changed = ModelConfig(gelu="tanh", output_bias=False).to_dict()
-    assert changed["gelu"] == "tanh" and changed["output_bias"] is False
+    changed = ModelConfig(gelu="tanh", output_bias=False, matmul_dtype="bfloat16").to_dict()
+    assert changed["gelu"] == "tanh" and changed["output_bias"] is False and changed["matmul_dtype"] == "bfloat16"
     assert ModelConfig(**ModelConfig().to_dict()) == ModelConfig() and ModelConfig(**changed).gelu == "tanh"
     with pytest.raises(ConfigError, match="gelu='relu'"):
         ModelConfig(gelu="relu")

@@ -61,6 +61,24 @@ def test_bfloat16_dense_equals_float32_on_the_same_rounded_numbers(lead, n_in, n
         np.testing.assert_allclose(np.asarray(g, np.float32), np.asarray(e), rtol=1e-2, atol=2e-2)
 
 
+@pytest.mark.parametrize("lead", [(6,), (2, 3)])
+def test_bfloat16_products_in_a_float32_layer_round_the_products_inputs_alone(lead, rng):
+    # operands=bfloat16: x, W and (backward) dy are rounded to bfloat16 for each product, which
+    # accumulates in float32; the output, the bias and every gradient stay float32, unrounded.
+    bf16 = lambda a: np.asarray(jnp.asarray(a, jnp.bfloat16), np.float32)
+    x, w, b = (rng.standard_normal(s).astype(np.float32) for s in ((*lead, 24), (24, 8), (8,)))
+    dy = rng.standard_normal((*lead, 8)).astype(np.float32)
+    y, pull = jax.vjp(lambda x, w, b: F.dense(x, w, b, operands=jnp.bfloat16), x, w, b)
+    dx, dw, db = pull(dy)
+    assert {a.dtype for a in (y, dx, dw, db)} == {jnp.dtype(jnp.float32)}
+    xr, wr, dyr = bf16(x), bf16(w), bf16(dy)
+    np.testing.assert_allclose(y, xr @ wr + b, rtol=1e-5, atol=1e-5)
+    np.testing.assert_allclose(dx, dyr @ wr.T, rtol=1e-5, atol=1e-5)
+    np.testing.assert_allclose(dw, xr.reshape(-1, 24).T @ dyr.reshape(-1, 8), rtol=1e-5, atol=1e-5)
+    np.testing.assert_allclose(db, dy.reshape(-1, 8).sum(0), rtol=1e-6, atol=1e-6)     # dy itself, not rounded
+    assert not np.allclose(y, x @ w + b, rtol=1e-5, atol=1e-5)     # the rounding is there to see
+
+
 def test_a_vector_input_is_one_row_and_its_jacobian_is_the_kernel_transposed(rng):
     x, w, b = (rng.standard_normal(s).astype(np.float32) for s in ((5,), (5, 3), (3,)))
     y = kernels.dense(x, w, b)

@@ -233,6 +233,16 @@ def test_dropout_is_random_in_train_mode_and_deterministic_after_eval():
 # --- mixed precision ------------------------------------------------------------------------
 
 @pytest.mark.slow
+def test_bfloat16_products_leave_the_model_float32_and_within_bfloat16_rounding_of_it():
+    # matmul_dtype="bfloat16": only the dense layers' products are rounded; logits stay float32.
+    model = LanguageModel(config(), rngs=nnx.Rngs(0))
+    low = LanguageModel(config(matmul_dtype="bfloat16"), rngs=nnx.Rngs(0))
+    want, got = model(tokens()), low(tokens())
+    assert got.dtype == jnp.float32
+    err = float(jnp.max(jnp.abs(got - want)))
+    assert 0 < err < 0.05 * float(jnp.max(jnp.abs(want)))
+
+
 def test_bfloat16_computes_in_half_precision_and_keeps_float32_parameters():
     cfg = config(dtype="bfloat16")
     model = LanguageModel(cfg, rngs=nnx.Rngs(0))

@@ -19,7 +19,8 @@ from experiments import throughput
 def test_smoke_run_prints_one_json_line_and_writes_the_claim(tmp_path, capsys, monkeypatch):
     # Two steps per call, as a GPU/TPU runs several (a CPU's default is one): times per step.
     monkeypatch.setenv("ATTENTION_JAX_STEPS_PER_CALL", "2")
-    assert throughput.main(["--preset", "smoke", "--out", str(tmp_path), "--json"]) == 0
+    # bfloat16 products: ours' dtype is not float32's, so torch's autocast row runs too
+    assert throughput.main(["--preset", "smoke", "--out", str(tmp_path), "--json", "--dtype", "bfloat16_matmul"]) == 0
     summary = json.loads(next(line for line in capsys.readouterr().out.splitlines() if line.startswith("{")))
     for key in ("ms_per_step", "tokens_per_s", "mfu", "flops_per_s", "peak_flops", "torch_ms_per_step", "ratio"):
         assert summary[key] > 0, key
@@ -29,17 +30,30 @@ def test_smoke_run_prints_one_json_line_and_writes_the_claim(tmp_path, capsys, m
     # the derived columns are what their names say, of the measured milliseconds
     assert summary["flops_per_s"] == pytest.approx(summary["flops_per_step"] / summary["ms_per_step"] * 1e3)
     assert summary["mfu"] == pytest.approx(summary["flops_per_s"] / summary["peak_flops"])
+    assert summary["mfu_float32"] == pytest.approx(summary["flops_per_s"] / summary["peak_flops_float32"])
+    assert summary["dtype"] == "bfloat16_matmul"
     assert summary["ratio"] == pytest.approx(summary["ms_per_step"] / summary["torch_ms_per_step"])
     assert summary["allocator"] and "mallopt" in summary["allocators_found"]   # glibc's is always there
     assert summary["tokens_per_s"] == pytest.approx(8 * 128 / summary["ms_per_step"] * 1e3)
     results = json.loads((tmp_path / "throughput" / "results.json").read_text())
     names = [r["name"] for r in results["rows"]]
-    assert {"ours", "ours, loss only", "ours, 1 device", "torch", "torch + mallopt"} <= set(names)
+    assert {"ours", "ours, loss only", "ours, 1 device", "torch", "torch + mallopt",
+            "torch + mallopt, bfloat16 autocast"} <= set(names) or "mimalloc" in summary["allocators_found"]
     by = {r["name"]: r for r in results["rows"]}
     assert by["ours"]["per_call"] == by["ours, 1 device"]["per_call"] == 2 and by["torch"]["per_call"] == 1
     assert -0.5 < summary["metrics_cost"] < 1.0          # measured, whatever its sign on a busy machine
     assert results["claims"][0]["claim"] == throughput.CLAIM
     assert f"ratio {summary['ratio']:.2f}" in results["claims"][0]["measured"]
+    assert by["torch"]["dtype"] == "float32" and any(r["dtype"] == "bfloat16 autocast" for r in results["rows"])
+    assert [c["claim"][:30] for c in results["claims"][2:]] == ["JAX step at least 1.15x as fas",
+                                                                "JAX step's MFU at least 0.6 of"]
+
+
+@pytest.mark.parametrize("on_cpu, units, dtypes", [
+    (True, ["AMX", "AVX512-BF16"], ["bfloat16_matmul", "float32"]), (True, ["AVX512-BF16"], ["bfloat16_matmul", "float32"]),
+    (True, [], ["float32"]), (True, None, ["float32"]), (False, ["AMX"], ["float32"])])
+def test_auto_dtype_times_bfloat16_products_only_on_a_cpu_with_bfloat16_units(on_cpu, units, dtypes):
+    assert throughput.auto_dtypes(on_cpu, units) == dtypes
 
 
 def test_without_torch_it_is_one_line_and_exit_2(tmp_path, monkeypatch, capsys):

@@ -1,6 +1,7 @@
 """Where the benchmark's training step spends its time: XLA's own ops, from a profiler trace.
 
     python -m experiments.throughput.profile [--devices N] [--batch B] [--attention A] [--dtype D] [--steps 5] [--top 25]
+    python -m experiments.throughput.profile --torch [--dtype float32|bfloat16] [--batch B] [--steps 5] [--top 25]
 
 Builds the same step as the throughput benchmark's "ours" (`worker.jax_contestant`: the
 ladder's one-block model through `Engine.step`, glibc's malloc tuned in-process), records
@@ -10,7 +11,8 @@ came from (the HLO metadata), milliseconds and calls per step, summed over the d
 N devices running side by side, a step's ops add up to about N times its wall time. Use it to
 see what a change to the step would have to beat: e.g. a matmul's GFLOP/s against the
 `peak` the benchmark measures. The trace (`.trace.json.gz`, Perfetto's format) is kept with
-`--keep DIR`.
+`--keep DIR`. `--torch` profiles the benchmark's PyTorch twin instead (`torch.profiler`, the
+ops' own CPU time per step, without their children's), so the two sides compare op by op.
 """
 from __future__ import annotations
 
@@ -66,10 +68,13 @@ def main(argv=None) -> int:
     p.add_argument("--steps", type=int, default=5, help="steps recorded")
     p.add_argument("--top", type=int, default=25, help="ops printed")
     p.add_argument("--keep", default=None, help="folder to keep the trace in (default: a temporary one)")
+    p.add_argument("--torch", action="store_true", help="profile the PyTorch twin's step instead (torch.profiler)")
     args = p.parse_args(argv)
     if min(args.batch, args.steps, args.top) < 1 or args.devices < 0:
         print("error: --batch, --steps and --top must be positive, --devices 0 or more", file=sys.stderr)
         return 2
+    if args.torch:
+        return torch_ops(args.batch, args.dtype, args.steps, args.top)
     from experiments.throughput import cpu_devices
     from experiments.throughput.worker import jax_contestant
     import jax
@@ -100,6 +105,28 @@ def main(argv=None) -> int:
         shown += 1
         if shown == args.top:
             break
+    return 0
+
+
+def torch_ops(batch: int, dtype: str, steps: int, top: int) -> int:
+    """The twin's step under torch.profiler: each op's own CPU time per step, longest first."""
+    from torch.profiler import ProfilerActivity, profile
+    from experiments.configs import ONE_BLOCK
+    from experiments.torch_ref import torch_contestant
+    step, _, info = torch_contestant(batch, ONE_BLOCK, dtype)
+    for i in range(3):
+        step(i)
+    t = time.perf_counter()
+    with profile(activities=[ProfilerActivity.CPU]) as prof:
+        for i in range(steps):
+            step(3 + i)
+    wall_ms = (time.perf_counter() - t) * 1e3 / steps
+    print(f"torch {info['backend']}, {info['threads']} threads, batch {batch}, {info['dtype']}: {wall_ms:.1f} ms a step "
+          f"while profiled, {steps} steps")
+    print(f"{'ms/step':>8} {'calls':>5}  op")
+    events = sorted(prof.key_averages(), key=lambda e: e.self_cpu_time_total, reverse=True)
+    for e in events[:top]:
+        print(f"{e.self_cpu_time_total / 1e3 / steps:8.2f} {e.count / steps:5.1f}  {e.key}")
     return 0
 
 

@@ -6,8 +6,8 @@ Each contestant needs its own process: the allocator (LD_PRELOAD, or glibc's mal
 which must act before any thread exists) and the number of JAX CPU devices are fixed at
 start. After warming up it prints one JSON line, then serves requests on stdin: a number n
 runs and times n calls of the training step (one JSON list back, seconds per step: on a
-GPU/TPU a call runs several steps, as `fit` does there); `peak` times a 2048×2048 float32
-matmul on the same backend. `take_turns` is the parent's side: it alternates
+GPU/TPU a call runs several steps, as `fit` does there); `peak [N [DTYPE]]` times a 2048×2048
+matmul on the same backend, in the step's product dtype or DTYPE. `take_turns` is the parent's side: it alternates
 between contestants, so whatever else loads the machine weighs on all of them alike.
 """
 from __future__ import annotations
@@ -60,7 +60,7 @@ def jax_contestant(batch: int, devices: int, loss_only: bool = False, attention:
     from experiments.harness.experiment import steps_per_call_from_env
     from experiments.configs import ONE_BLOCK
     assert ONE_BLOCK.vocab_size == VOCAB
-    cfg = dataclasses.replace(ONE_BLOCK, attention=attention, dtype=dtype, context=context)
+    cfg = dataclasses.replace(ONE_BLOCK, attention=attention, context=context, **model_dtypes(dtype))
     # AdamW, lr 1e-3: the ladder's step, with its metrics (loss, lr, gradient norms) or the loss only
     engine = Engine(cfg, TrainConfig(batch_size=batch), step_metrics=not loss_only)
     state = engine.init([0])
@@ -79,12 +79,13 @@ def jax_contestant(batch: int, devices: int, loss_only: bool = False, attention:
             state, metrics = engine.steps(state, scanned)
         jax.block_until_ready(metrics)
 
-    def peak(n: int = 0):
-        """The backend's own matmul rate in this dtype: n² (default 2048² on a CPU, 8192² on an
-        accelerator). Low precision accumulates in float32, as the model's dense layers do
-        (`kernels._dot`)."""
+    def peak(n: int = 0, in_dtype: str = ""):
+        """The backend's own matmul rate: n² (default 2048² on a CPU, 8192² on an accelerator), in
+        `in_dtype` (default: the one the step's products use). Low precision accumulates in
+        float32, as the model's dense layers do (`kernels._dot`)."""
         n = n or (2048 if jax.default_backend() == "cpu" else 8192)
-        a = jax.random.normal(jax.random.key(0), (n, n), jnp.float32).astype(dtype)   # not ones: a GPU multiplies constants faster
+        a = jax.random.normal(jax.random.key(0), (n, n), jnp.float32)   # not ones: a GPU multiplies constants faster
+        a = a.astype(in_dtype or cfg.matmul_dtype or cfg.dtype)
         f = jax.jit(lambda x: F.dense(x, x))
         f(a).block_until_ready()
         ts = []
@@ -108,6 +109,11 @@ def jax_contestant(batch: int, devices: int, loss_only: bool = False, attention:
     return step, peak, info
 
 
+def model_dtypes(dtype: str) -> dict:
+    """A contestant's dtype as ModelConfig fields: "bfloat16_matmul" is float32 with bfloat16 products."""
+    return dict(dtype="float32", matmul_dtype="bfloat16") if dtype == "bfloat16_matmul" else dict(dtype=dtype)
+
+
 def main(argv=None):
     p = argparse.ArgumentParser()
     p.add_argument("kind", choices=["jax", "torch"])
@@ -125,15 +131,17 @@ def main(argv=None):
     else:
         from experiments.torch_ref import torch_contestant
         from experiments.configs import ONE_BLOCK
-        step, peak, info = torch_contestant(args.batch, ONE_BLOCK)
+        step, peak, info = torch_contestant(args.batch, ONE_BLOCK, args.dtype)
     for i in range(args.warmup):   # compiles, fills the allocator's caches
         step(i)
     info["mallopt"] = bool(MALLOPT_APPLIED)
     print(json.dumps(info), flush=True)
     done = args.warmup
     for line in sys.stdin:
-        if line.split()[:1] == ["peak"]:     # "peak" or "peak N": the matmul rate at N x N
-            print(json.dumps({"peak_flops": peak(*map(int, line.split()[1:])) if peak else None}), flush=True)
+        if line.split()[:1] == ["peak"]:     # "peak", "peak N" or "peak N DTYPE": the matmul rate at N x N
+            words = line.split()[1:]
+            print(json.dumps({"peak_flops": peak(int(words[0]) if words else 0, words[1] if words[1:] else "")
+                              if peak else None}), flush=True)
             continue
         times, per_call = [], info.get("steps_per_call", 1)
         for _ in range(int(line)):
@@ -175,6 +183,8 @@ def take_turns(rows: dict, p: dict, env=None) -> dict[str, dict]:
         for name in procs:
             if name.startswith("ours"):
                 info[name].update(ask(name, f"peak {p.get('peak_size', 0)}"))
+        if "ours" in procs:   # what MFU is measured against whatever the step's dtype: float32's rate
+            info["ours"]["peak_flops_float32"] = ask("ours", f"peak {p.get('peak_size', 0)} float32")["peak_flops"]
         times = {name: [] for name in procs}
         for _ in range(p["rounds"]):
             for name in procs:
