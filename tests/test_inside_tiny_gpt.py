@@ -254,10 +254,12 @@ def test_ablation_claims_pass_and_fail():
 
 
 @pytest.mark.slow
-def test_sqrt_d_random_is_the_scaling_sweep_at_the_lectures_sizes():
+def test_sqrt_d_random_is_the_scaling_sweep_at_the_lectures_sizes(runs):
+    # The smoke run's own sweep (200 random rows per d_k), not a second one.
     from experiments import scaling
-    rows = E.sqrt_d_random(300)
+    rows = runs[1][2]["sqrt_d_random"]
     assert [r["d_k"] for r in rows] == list(scaling.WIDTHS)
+    assert runs[1][2]["config"]["sqrt_d"]["rows"] == 200
     for r in rows:
         assert abs(r["std"] / r["sqrt_d"] - 1) < 0.05
         assert r["scaled_saturated"] == 0.0 and r["raw_max"] > r["scaled_max"]

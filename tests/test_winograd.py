@@ -218,11 +218,16 @@ def test_a_width_the_heads_cannot_split_is_refused_before_any_row_trains(tmp_pat
 
 
 @pytest.mark.slow
-def test_every_claim_is_checked_on_each_word_pool(tmp_path):
+def test_every_claim_is_checked_on_each_word_pool(runs, tmp_path):
+    # The book's pool is pool 0: its rows come from the module run's row cache, only pool 1 trains.
+    import shutil
+    for part in ("rows", "runs"):
+        shutil.copytree(runs["folder"] / part, tmp_path / "winograd" / part)
     code = winograd.main([*SMOKE, "--pools", "2", "--out", str(tmp_path)])
     assert code == 0
     results = json.loads((tmp_path / "winograd" / "results.json").read_text())
     pools = results["pools"]
+    assert pools[0]["accuracy"] == {r["name"]: f"{100 * r['accuracy']:.1f}" for r in runs["first"]["results"]["rows"]}
     assert [p["pool"] for p in pools] == [0, 1] and pools[0]["nouns"][:2] == ["animal", "dog"]
     assert len(pools[1]["claims"]) == len(pools[0]["claims"]) == len(results["claims"]) == 5
     assert set(pools[1]["attention"]) >= {"block1_adjective_weight", "block2_pick_margin"}
