@@ -77,10 +77,11 @@ def pytest_collection_modifyitems(config, items):
 
 
 # Files that start from another file's session fixture go to that file's worker, so the fixture
-# is computed once: the notebook's test reuses the smoke ladder's trained rows (smoke_ladder).
+# is computed once: the notebook's test reuses the smoke ladder's trained rows (smoke_ladder)
+# and the smoke tiny GPT's (smoke_tiny_gpt, whose first run test_inside_tiny_gpt.py checks).
 # (xdist's own `--dist loadgroup` cannot do this with pytest >= 9.2: it renames item ids that
 # pytest no longer reads.)
-SAME_WORKER_AS = {"tests/test_notebook.py": "tests/test_ladder.py"}
+SAME_WORKER_AS = {"tests/test_notebook.py": "tests/test_ladder.py", "tests/test_inside_tiny_gpt.py": "tests/test_ladder.py"}
 
 
 @pytest.hookimpl(optionalhook=True)          # a hook of pytest-xdist: ignored without it
@@ -172,6 +173,30 @@ def smoke_ladder(tmp_path_factory, corpus_folder, bpe_cache) -> dict:
             done[name] = LadderRun(code, buffer.getvalue(), seconds, results, trained)
     done["folder"] = folder
     return done
+
+
+@pytest.fixture(scope="session")
+def smoke_tiny_gpt(tmp_path_factory) -> dict:
+    """`python -m experiments.inside_tiny_gpt --preset smoke` once for the suite: {"code", "stdout",
+    "results", "folder", "figures": name -> the matplotlib Figure it published}. Its checks are
+    test_inside_tiny_gpt.py's; the notebook's test reruns it from these rows (it must train nothing)."""
+    from experiments import inside_tiny_gpt
+    from experiments.harness import report
+    out = tmp_path_factory.mktemp("tiny_gpt_out")
+    figures = {}
+    real_publish = report.publish
+
+    def keep_figures(folder, result, **kw):
+        figures.update(result.figures)
+        return real_publish(folder, result, **kw)
+
+    buffer = io.StringIO()
+    with pytest.MonkeyPatch.context() as mp, contextlib.redirect_stdout(buffer):
+        mp.setattr(report, "publish", keep_figures)
+        code = inside_tiny_gpt.main(["--preset", "smoke", "--no-progress", "--out", str(out)])
+    folder = out / inside_tiny_gpt.NAME
+    results = json.loads((folder / "results.json").read_text()) if code == 0 else None
+    return {"code": code, "stdout": buffer.getvalue(), "results": results, "folder": folder, "figures": figures}
 
 
 @pytest.fixture

@@ -1,5 +1,5 @@
-"""inside_tiny_gpt: the smoke command writes its tables, claims and PNGs and a rerun reopens the
-cached model; the raw-weight forward equals the module (trained and randomly initialised, no
+"""inside_tiny_gpt: the smoke command writes its tables, claims and PNGs (that a rerun reopens the
+cached model is checked by the notebook's test, which reruns it from these rows); the raw-weight forward equals the module (trained and randomly initialised, no
 module called); ablations restore the model and the data-driven paths equal inspect.ablate;
 the ASCII and PNG heatmap writers; the claims can fail."""
 
@@ -27,39 +27,12 @@ SMALL = ModelConfig(vocab_size=44, context=24, d_model=32, n_layers=2, n_heads=4
 PNG = b"\x89PNG\r\n\x1a\n"
 
 
-FIGURES = {}      # name -> Figure of the first smoke run
-
-
 @pytest.fixture(scope="module")
-def runs(tmp_path_factory):
-    """The smoke command twice into one folder; the second run may not train (fit raises)."""
-    out = tmp_path_factory.mktemp("tiny_gpt_out")
-
-    def once():
-        buffer = io.StringIO()
-        with contextlib.redirect_stdout(buffer):
-            code = E.main(["--preset", "smoke", "--no-progress", "--out", str(out)])
-        return code, buffer.getvalue(), json.loads((out / E.NAME / "results.json").read_text())
-
-    from experiments.harness import report
-    real_publish = report.publish
-
-    def keep_figures(folder, result, **kw):       # the Figure objects, for the blank-panel test below
-        FIGURES.update(result.figures)
-        return real_publish(folder, result, **kw)
-
-    with pytest.MonkeyPatch.context() as mp:
-        mp.setattr(report, "publish", keep_figures)
-        first = once()
-    import attention_jax.train as train
-
-    def no_fit(*args, **kwargs):
-        raise AssertionError("the rerun trained instead of reopening the cached row")
-
-    with pytest.MonkeyPatch.context() as mp:
-        mp.setattr(train, "fit", no_fit)
-        second = once()
-    return out / E.NAME, first, second
+def runs(smoke_tiny_gpt):
+    """The suite's one smoke run (conftest.smoke_tiny_gpt): (folder, (code, stdout, results)). The
+    notebook's test runs the command again on its rows and checks that nothing trains."""
+    r = smoke_tiny_gpt
+    return r["folder"], (r["code"], r["stdout"], r["results"])
 
 
 @pytest.fixture(scope="module")
@@ -68,14 +41,15 @@ def small():
 
 
 @pytest.mark.slow
-def test_no_figure_of_the_smoke_run_has_a_blank_panel(runs):
+def test_no_figure_of_the_smoke_run_has_a_blank_panel(smoke_tiny_gpt):
     from experiments.harness import report
-    assert FIGURES and {name: report.empty_axes(fig) for name, fig in FIGURES.items() if report.empty_axes(fig)} == {}
+    figures = smoke_tiny_gpt["figures"]
+    assert figures and {name: report.empty_axes(fig) for name, fig in figures.items() if report.empty_axes(fig)} == {}
 
 
 @pytest.mark.slow
 def test_smoke_command_writes_tables_claims_and_pngs(runs):
-    folder, (code, stdout, results), _ = runs
+    folder, (code, stdout, results) = runs
     assert code == 0, stdout
     table = (folder / "table.md").read_text()
     for title in ("Parameters by formula", "GPT-3", "raw weights", "residual stream", "Attention at the last",
@@ -104,17 +78,6 @@ def test_smoke_command_writes_tables_claims_and_pngs(runs):
     parts = {r["part"]: r for r in results["parameters"]}
     assert parts["total"]["by_formula"] == parts["total"]["framework"] == 109_056
     assert "max |raw - module|" in stdout and "@" in results["heatmap"]
-
-
-@pytest.mark.slow
-def test_rerun_reopens_the_cached_model(runs):
-    _, (_, _, first), (code, stdout, second) = runs
-    assert code == 0, stdout
-    assert "reopened from the row cache" in stdout
-    assert second["record"]["cached"] is True and first["record"]["cached"] is False
-    # The same checkpoint, so the same figures to the last digit.
-    assert [r["bpc"] for r in second["rows"]] == [r["bpc"] for r in first["rows"]]
-    assert [r["acc"] for r in second["rows"]] == [r["acc"] for r in first["rows"]]
 
 
 @pytest.mark.slow
@@ -259,7 +222,7 @@ def test_sqrt_d_random_is_the_scaling_sweep_at_the_lectures_sizes(runs):
     from experiments import scaling
     rows = runs[1][2]["sqrt_d_random"]
     assert [r["d_k"] for r in rows] == list(scaling.WIDTHS)
-    assert runs[1][2]["config"]["sqrt_d"]["rows"] == 200
+    assert runs[1][2]["config"]["sqrt_d"]["rows"] == 200                 # constants.SQRT_D_ROWS["smoke"]
     for r in rows:
         assert abs(r["std"] / r["sqrt_d"] - 1) < 0.05
         assert r["scaled_saturated"] == 0.0 and r["raw_max"] > r["scaled_max"]

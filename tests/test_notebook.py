@@ -30,13 +30,16 @@ def test_the_ipynb_is_its_py_source_without_outputs():
 
 
 @pytest.mark.slow
-def test_the_notebook_runs_on_cpu_at_smoke_size(tmp_path, corpus_folder, bpe_cache, smoke_ladder, monkeypatch):
-    """As a user's second run: the ladder's ten smoke rows are already in its results folder
-    (trained once for the suite by conftest.smoke_ladder, whose training test_ladder.py checks),
-    so the notebook's ladder cell serves them from its row cache and everything after it runs
-    on them: the checkpoint reopened, the heads drawn, the tiny GPT trained and opened."""
+def test_the_notebook_runs_on_cpu_at_smoke_size(tmp_path, corpus_folder, bpe_cache, smoke_ladder, smoke_tiny_gpt,
+                                                monkeypatch):
+    """As a user's second run: the ladder's ten smoke rows and the tiny GPT's are already in its
+    results folder (trained once for the suite by conftest.smoke_ladder and smoke_tiny_gpt, whose
+    runs test_ladder.py and test_inside_tiny_gpt.py check), so the notebook's cells serve them
+    from the row cache, train nothing, and everything after runs on them: the checkpoint
+    reopened, the heads drawn, the tiny GPT reopened and probed with the first run's figures."""
     nbclient = pytest.importorskip("nbclient")
     assert smoke_ladder["full"].code == 0, smoke_ladder["full"].stdout     # else test_ladder.py says why
+    assert smoke_tiny_gpt["code"] == 0, smoke_tiny_gpt["stdout"]          # else test_inside_tiny_gpt.py says why
     # The notebook's own folder, as Jupyter, VS Code and Colab start the kernel: a module there
     # named like the package (its jupytext twin once was) would shadow attention_jax.
     here = tmp_path / "notebooks"
@@ -44,6 +47,7 @@ def test_the_notebook_runs_on_cpu_at_smoke_size(tmp_path, corpus_folder, bpe_cac
     assert not [p.name for p in here.glob("*.py")], "a .py beside the notebook shadows the package"
     for part in ("rows", "runs"):
         shutil.copytree(smoke_ladder["folder"] / part, here / "results" / "ladder" / part)
+        shutil.copytree(smoke_tiny_gpt["folder"] / part, here / "results" / "inside_tiny_gpt" / part)
     # The kernel inherits this environment: the corpus, a private cache, no accelerator.
     monkeypatch.setenv("ATTENTION_JAX_DATA", str(corpus_folder))
     monkeypatch.setenv("ATTENTION_JAX_CACHE", str(bpe_cache))
@@ -63,4 +67,9 @@ def test_the_notebook_runs_on_cpu_at_smoke_size(tmp_path, corpus_folder, bpe_cac
     assert any("text/markdown" in o.get("data", {}) for o in outputs)      # the ladder's table and claims
     ladder_rows = json.loads((here / "results" / "ladder" / "results.json").read_text())["rows"]
     assert len(ladder_rows) == 10 and all(r["cached"] for r in ladder_rows)     # the same row keys as the CLI's
+    # The tiny GPT reopened from its row cache: the same checkpoint, so the first run's figures to the last digit.
+    first, again = smoke_tiny_gpt["results"], json.loads((here / "results" / "inside_tiny_gpt" / "results.json").read_text())
+    assert again["record"]["cached"] is True and first["record"]["cached"] is False
+    assert any("reopened from the row cache" in o.get("text", "") for o in outputs)
+    assert [(r["bpc"], r["acc"]) for r in again["rows"]] == [(r["bpc"], r["acc"]) for r in first["rows"]]
     assert seconds < 240, f"the notebook took {seconds:.0f} s"
