@@ -78,10 +78,12 @@ def pytest_collection_modifyitems(config, items):
 
 # Files that start from another file's session fixture go to that file's worker, so the fixture
 # is computed once: the notebook's test reuses the smoke ladder's trained rows (smoke_ladder)
-# and the smoke tiny GPT's (smoke_tiny_gpt, whose first run test_inside_tiny_gpt.py checks).
+# and the smoke tiny GPT's (smoke_tiny_gpt, whose first run test_inside_tiny_gpt.py checks);
+# experiments.all's smoke report starts from the positions table's rows (smoke_positions).
 # (xdist's own `--dist loadgroup` cannot do this with pytest >= 9.2: it renames item ids that
 # pytest no longer reads.)
-SAME_WORKER_AS = {"tests/test_notebook.py": "tests/test_ladder.py", "tests/test_inside_tiny_gpt.py": "tests/test_ladder.py"}
+SAME_WORKER_AS = {"tests/test_notebook.py": "tests/test_ladder.py", "tests/test_inside_tiny_gpt.py": "tests/test_ladder.py",
+                  "tests/test_all.py": "tests/test_positions.py"}
 
 
 @pytest.hookimpl(optionalhook=True)          # a hook of pytest-xdist: ignored without it
@@ -129,6 +131,14 @@ def smoke_run(tmp_path_factory, corpus_folder, bpe_cache):
         folder = out / name
         return code, buffer.getvalue(), folder, json.loads((folder / "results.json").read_text())
     return run
+
+
+@pytest.fixture(scope="session")
+def smoke_positions(smoke_run):
+    """`python -m experiments.positions --preset smoke` once for the suite: (exit status, stdout,
+    results folder, results.json). test_positions.py checks it; test_all.py starts from its rows."""
+    from experiments import positions
+    return smoke_run(positions)
 
 
 @dataclasses.dataclass

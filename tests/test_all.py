@@ -76,7 +76,11 @@ def test_every_training_preset_splits_over_a_colab_tpus_eight_devices():
 
 
 @pytest.mark.slow
-def test_a_smoke_report_leaves_what_its_budget_cannot_decide_unchecked(tmp_path):
+def test_a_smoke_report_leaves_what_its_budget_cannot_decide_unchecked(tmp_path, smoke_positions):
+    # The positions rows the suite trained once (conftest.smoke_positions): served from the row cache here.
+    import shutil
+    for part in ("rows", "runs"):
+        shutil.copytree(smoke_positions[2] / part, tmp_path / "positions" / part)
     with contextlib.redirect_stdout(io.StringIO()):
         code = everything.main(["--preset", "smoke", "--only", "averaging,positions", "--out", str(tmp_path)])
     assert code == 0
@@ -85,8 +89,10 @@ def test_a_smoke_report_leaves_what_its_budget_cannot_decide_unchecked(tmp_path)
     positions = report.split("- **positions**")[1].split("\n# ")[0]
     assert positions.count("**not checked at this budget**") >= 5 and "PASS" not in positions and "FAIL" not in positions
     assert report.count("plumbing check") == 1                                          # said once, not per table
-    claims = json.loads((tmp_path / "positions" / "results.json").read_text())["claims"]
-    assert claims and all(c["decided"] is False for c in claims)
+    results = json.loads((tmp_path / "positions" / "results.json").read_text())
+    assert results["claims"] and all(c["decided"] is False for c in results["claims"])
+    assert all(r["cached"] for r in results["rows"])              # nothing trained: the same figures
+    assert [r["ppl"] for r in results["rows"]] == [r["ppl"] for r in smoke_positions[3]["rows"]]
 
 
 def test_without_torch_everything_else_runs_and_the_two_it_skips_say_what_to_install(tmp_path, monkeypatch, capsys):

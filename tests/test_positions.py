@@ -15,8 +15,8 @@ from experiments import positions
 
 
 @pytest.fixture(scope="module")
-def run(smoke_run):
-    return smoke_run(positions)
+def run(smoke_positions):
+    return smoke_positions
 
 
 @pytest.mark.slow
