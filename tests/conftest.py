@@ -79,11 +79,13 @@ def pytest_collection_modifyitems(config, items):
 # Files that start from another file's session fixture go to that file's worker, so the fixture
 # is computed once: the notebook's test reuses the smoke ladder's trained rows (smoke_ladder)
 # and the smoke tiny GPT's (smoke_tiny_gpt, whose first run test_inside_tiny_gpt.py checks);
-# experiments.all's smoke report starts from the positions table's rows (smoke_positions).
+# experiments.all's smoke report starts from the positions table's rows (smoke_positions), and
+# its report of averaging, scaling and params (smoke_analysis) is what test_experiments_analysis reads.
 # (xdist's own `--dist loadgroup` cannot do this with pytest >= 9.2: it renames item ids that
 # pytest no longer reads.)
 SAME_WORKER_AS = {"tests/test_notebook.py": "tests/test_ladder.py", "tests/test_inside_tiny_gpt.py": "tests/test_ladder.py",
-                  "tests/test_all.py": "tests/test_positions.py"}
+                  "tests/test_all.py": "tests/test_positions.py",
+                  "tests/test_experiments_analysis.py": "tests/test_positions.py"}
 
 
 @pytest.hookimpl(optionalhook=True)          # a hook of pytest-xdist: ignored without it
@@ -139,6 +141,18 @@ def smoke_positions(smoke_run):
     results folder, results.json). test_positions.py checks it; test_all.py starts from its rows."""
     from experiments import positions
     return smoke_run(positions)
+
+
+@pytest.fixture(scope="session")
+def smoke_analysis(tmp_path_factory) -> tuple[int, pathlib.Path]:
+    """`python -m experiments.all --preset smoke --only averaging,scaling,params` once for the suite:
+    (exit status, its folder: REPORT.md and one folder per table). test_all.py checks the report,
+    test_experiments_analysis.py each table's figures."""
+    from experiments import all as everything
+    out = tmp_path_factory.mktemp("analysis_out")
+    with contextlib.redirect_stdout(io.StringIO()):
+        code = everything.main(["--preset", "smoke", "--only", "averaging,scaling,params", "--out", str(out)])
+    return code, out
 
 
 @dataclasses.dataclass

@@ -1,7 +1,8 @@
 """The analysis experiments (averaging, scaling, params, parity) on their smoke presets.
 
-Each runs once through its command-line entry point into a temporary folder; the tests
-then read `results.json` and assert the chapter's numbers, not merely that it ran.
+Each runs once through its command (averaging, scaling and params by way of `experiments.all`,
+the suite's one run of them) into a temporary folder; the tests then read `results.json` and
+assert the chapter's numbers, not merely that it ran.
 """
 from __future__ import annotations
 
@@ -16,7 +17,11 @@ from experiments import averaging, params, parity, scaling
 def _run(module, name, tmp_path_factory) -> dict:
     out = tmp_path_factory.mktemp(name)
     assert module.main(["--preset", "smoke", "--out", str(out)]) == 0
-    folder = out / name
+    return _read(module, out / name)
+
+
+def _read(module, folder) -> dict:
+    """A table's results as its command wrote them, checked for what every smoke run must hold."""
     assert (folder / "table.md").exists()
     results = json.loads((folder / "results.json").read_text())
     assert results["preset"] == "smoke"
@@ -27,14 +32,18 @@ def _run(module, name, tmp_path_factory) -> dict:
     return results
 
 
+# averaging, scaling and params as `experiments.all` ran them for the suite (conftest.smoke_analysis):
+# each table's command, into one folder; test_all.py checks the report it made of them.
 @pytest.fixture(scope="module")
-def averaging_results(tmp_path_factory):
-    return _run(averaging, "averaging", tmp_path_factory)
+def averaging_results(smoke_analysis):
+    assert smoke_analysis[0] == 0
+    return _read(averaging, smoke_analysis[1] / "averaging")
 
 
 @pytest.fixture(scope="module")
-def scaling_results(tmp_path_factory):
-    return _run(scaling, "scaling", tmp_path_factory)
+def scaling_results(smoke_analysis):
+    assert smoke_analysis[0] == 0
+    return _read(scaling, smoke_analysis[1] / "scaling")
 
 
 @pytest.mark.slow
@@ -61,8 +70,9 @@ def test_scaling_variance_trace_and_frozen_rows(scaling_results):
 
 
 @pytest.mark.slow
-def test_params_counts(tmp_path_factory):
-    results = _run(params, "params", tmp_path_factory)
+def test_params_counts(smoke_analysis):
+    assert smoke_analysis[0] == 0
+    results = _read(params, smoke_analysis[1] / "params")
     models = {r["model"]: r for r in results["rows"]}
     assert models["GPT-2 small"]["framework"] == 124_439_808
     assert models["tiny char GPT (lecture)"]["formula"] == models["tiny char GPT (lecture)"]["framework"] == 109_056
