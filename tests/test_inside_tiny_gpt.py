@@ -5,7 +5,6 @@ the ASCII and PNG heatmap writers; the claims can fail."""
 
 import contextlib
 import io
-import json
 
 import jax
 import jax.numpy as jnp
