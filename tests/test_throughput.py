@@ -119,6 +119,18 @@ def test_op_times_are_per_step_and_longest_first(tmp_path):
 
 
 @pytest.mark.slow
+def test_the_profile_command_lists_the_torch_twins_ops_too(capsys):
+    pytest.importorskip("torch")
+    from experiments.throughput import profile
+    assert profile.main(["--torch", "--batch", "4", "--steps", "1", "--top", "8"]) == 0
+    lines = capsys.readouterr().out.splitlines()
+    assert lines[0].startswith("torch cpu, ") and "batch 4, float32:" in lines[0] and "ms a step" in lines[0]
+    rows = lines[2:]
+    assert len(rows) == 8 and all(float(r.split()[0]) >= 0 for r in rows)
+    assert any("aten::mm" in r or "aten::addmm" in r for r in rows)      # its matmuls are among the longest
+
+
+@pytest.mark.slow
 def test_the_profile_command_lists_the_steps_xla_ops():
     import os
     import subprocess
