@@ -51,16 +51,16 @@ def _forward(x, kernel, bias, operands):
 
 
 def _backward(operands, saved, dy):
-    x, kernel_in, bias = saved
-    kernel, x_dtype, kernel_dtype = kernel_in.astype(operands or kernel_in.dtype), dy.dtype, kernel_in.dtype
-    dy_in = dy.astype(x.dtype)
+    x, kernel, bias = saved                  # x as the product read it, the kernel as given
+    x_dtype, kernel_dtype = dy.dtype, kernel.dtype
+    k, g = kernel.astype(operands or kernel.dtype), dy.astype(x.dtype)    # the products' inputs
     if _low_precision(x.dtype) and jax.default_backend() == "cpu":
-        dx, d_kernel = _low_precision_cpu_grads(x, kernel, dy_in)
+        dx, d_kernel = _low_precision_cpu_grads(x, k, g)
     else:
-        dx, d_kernel = _grads(x.reshape(-1, x.shape[-1]), kernel, dy_in.reshape(-1, dy.shape[-1]))
+        dx, d_kernel = _grads(x.reshape(-1, x.shape[-1]), k, g.reshape(-1, g.shape[-1]))
         dx = dx.reshape(x.shape)
     d_bias = None if bias is None else \
-        jnp.sum(dy.reshape(-1, dy.shape[-1]), axis=0, dtype=jnp.float32).astype(bias.dtype)
+        jnp.sum(dy.reshape(-1, dy.shape[-1]), axis=0, dtype=jnp.float32).astype(bias.dtype)   # dy unrounded
     return dx.astype(x_dtype), d_kernel.astype(kernel_dtype), d_bias
 
 
