@@ -1,5 +1,6 @@
 """What several test files share: the smoke-sized training setup (test_train_engine, _loop,
-_checkpoints) and the synthetic corpus of the data tests (test_data_corpus, _tokenizer).
+_checkpoints), the synthetic corpus of the data tests (test_data_corpus, _tokenizer), and
+`copy_rows`, which starts a table's folder from another run's trained rows.
 
 Not a test file: plain functions and constants, imported as `helpers` (pytest puts tests/ on
 sys.path). Fixtures stay in the files that use them, or in conftest.py.
@@ -114,3 +115,11 @@ def isolate_data(tmp_path: pathlib.Path, monkeypatch) -> None:
     monkeypatch.delenv("ATTENTION_JAX_DATA", raising=False)
     monkeypatch.setattr(corpus_mod, "CORPUS_SHA256", SMALL_SHA)
     monkeypatch.setattr(corpus_mod.urllib.request, "urlopen", refuse(urllib.error.URLError("unreachable")))
+
+
+def copy_rows(src: pathlib.Path, dst: pathlib.Path) -> None:
+    """A table's trained rows (records and checkpoints) from the results folder `src` into `dst`,
+    as a user's second run finds them: its rows are served from the row cache."""
+    import shutil
+    for part in ("rows", "runs"):
+        shutil.copytree(pathlib.Path(src) / part, pathlib.Path(dst) / part)

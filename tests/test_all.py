@@ -77,9 +77,8 @@ def test_every_training_preset_splits_over_a_colab_tpus_eight_devices():
 @pytest.mark.slow
 def test_a_smoke_report_leaves_what_its_budget_cannot_decide_unchecked(tmp_path, smoke_positions):
     # The positions rows the suite trained once (conftest.smoke_positions): served from the row cache here.
-    import shutil
-    for part in ("rows", "runs"):
-        shutil.copytree(smoke_positions[2] / part, tmp_path / "positions" / part)
+    from helpers import copy_rows
+    copy_rows(smoke_positions[2], tmp_path / "positions")
     with contextlib.redirect_stdout(io.StringIO()):
         code = everything.main(["--preset", "smoke", "--only", "averaging,positions", "--out", str(tmp_path)])
     assert code == 0

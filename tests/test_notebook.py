@@ -45,9 +45,9 @@ def test_the_notebook_runs_on_cpu_at_smoke_size(tmp_path, corpus_folder, bpe_cac
     here = tmp_path / "notebooks"
     shutil.copytree(NOTEBOOKS, here, ignore=shutil.ignore_patterns("results", ".ipynb_checkpoints"))
     assert not [p.name for p in here.glob("*.py")], "a .py beside the notebook shadows the package"
-    for part in ("rows", "runs"):
-        shutil.copytree(smoke_ladder["folder"] / part, here / "results" / "ladder" / part)
-        shutil.copytree(smoke_tiny_gpt["folder"] / part, here / "results" / "inside_tiny_gpt" / part)
+    from helpers import copy_rows
+    copy_rows(smoke_ladder["folder"], here / "results" / "ladder")
+    copy_rows(smoke_tiny_gpt["folder"], here / "results" / "inside_tiny_gpt")
     # The kernel inherits this environment: the corpus, a private cache, no accelerator.
     monkeypatch.setenv("ATTENTION_JAX_DATA", str(corpus_folder))
     monkeypatch.setenv("ATTENTION_JAX_CACHE", str(bpe_cache))

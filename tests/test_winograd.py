@@ -220,9 +220,8 @@ def test_a_width_the_heads_cannot_split_is_refused_before_any_row_trains(tmp_pat
 @pytest.mark.slow
 def test_every_claim_is_checked_on_each_word_pool(runs, tmp_path):
     # The book's pool is pool 0: its rows come from the module run's row cache, only pool 1 trains.
-    import shutil
-    for part in ("rows", "runs"):
-        shutil.copytree(runs["folder"] / part, tmp_path / "winograd" / part)
+    from helpers import copy_rows
+    copy_rows(runs["folder"], tmp_path / "winograd")
     code = winograd.main([*SMOKE, "--pools", "2", "--out", str(tmp_path)])
     assert code == 0
     results = json.loads((tmp_path / "winograd" / "results.json").read_text())
