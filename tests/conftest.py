@@ -143,16 +143,31 @@ def smoke_positions(smoke_run):
     return smoke_run(positions)
 
 
+@contextlib.contextmanager
+def keeping_figures():
+    """Inside: every Result that `report.publish` writes keeps its matplotlib Figures here,
+    {experiment name: {file name: Figure}}, for tests that look at them after the run."""
+    from experiments.harness import report
+    kept, real_publish = {}, report.publish
+
+    def publish(folder, result, **kw):
+        kept.setdefault(result.name, {}).update(result.figures)
+        return real_publish(folder, result, **kw)
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setattr(report, "publish", publish)
+        yield kept
+
+
 @pytest.fixture(scope="session")
-def smoke_analysis(tmp_path_factory) -> tuple[int, pathlib.Path]:
+def smoke_analysis(tmp_path_factory) -> tuple[int, pathlib.Path, dict]:
     """`python -m experiments.all --preset smoke --only averaging,scaling,params` once for the suite:
-    (exit status, its folder: REPORT.md and one folder per table). test_all.py checks the report,
-    test_experiments_analysis.py each table's figures."""
+    (exit status, its folder: REPORT.md and one folder per table, {table: {file: Figure}}).
+    test_all.py checks the report, test_experiments_analysis.py each table's figures."""
     from experiments import all as everything
     out = tmp_path_factory.mktemp("analysis_out")
-    with contextlib.redirect_stdout(io.StringIO()):
+    with keeping_figures() as figures, contextlib.redirect_stdout(io.StringIO()):
         code = everything.main(["--preset", "smoke", "--only", "averaging,scaling,params", "--out", str(out)])
-    return code, out
+    return code, out, figures
 
 
 @dataclasses.dataclass
@@ -205,19 +220,11 @@ def smoke_tiny_gpt(tmp_path_factory) -> dict:
     "results", "folder", "figures": name -> the matplotlib Figure it published}. Its checks are
     test_inside_tiny_gpt.py's; the notebook's test reruns it from these rows (it must train nothing)."""
     from experiments import inside_tiny_gpt
-    from experiments.harness import report
     out = tmp_path_factory.mktemp("tiny_gpt_out")
-    figures = {}
-    real_publish = report.publish
-
-    def keep_figures(folder, result, **kw):
-        figures.update(result.figures)
-        return real_publish(folder, result, **kw)
-
     buffer = io.StringIO()
-    with pytest.MonkeyPatch.context() as mp, contextlib.redirect_stdout(buffer):
-        mp.setattr(report, "publish", keep_figures)
+    with keeping_figures() as kept, contextlib.redirect_stdout(buffer):
         code = inside_tiny_gpt.main(["--preset", "smoke", "--no-progress", "--out", str(out)])
+    figures = kept.get(inside_tiny_gpt.NAME, {})
     folder = out / inside_tiny_gpt.NAME
     results = json.loads((folder / "results.json").read_text()) if code == 0 else None
     return {"code": code, "stdout": buffer.getvalue(), "results": results, "folder": folder, "figures": figures}

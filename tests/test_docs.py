@@ -1,5 +1,6 @@
 """The docs hold: every Python block in README and docs/ runs as written, every results page is what
 its results file makes, and the site builds with mkdocs --strict."""
+import json
 import os
 import pathlib
 import re
@@ -27,21 +28,26 @@ def test_the_pages_with_python_blocks_are_found():
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("page", WITH_CODE, ids=lambda p: p.relative_to(ROOT).as_posix())
-def test_every_python_block_runs_as_written(page, tmp_path, corpus_folder, bpe_cache):
-    """Each block alone, in a fresh namespace (self-contained: it builds or loads what it uses), in
-    one process per page, from an empty folder: what it writes (results/) lands there."""
-    runner = ("import sys, traceback\n"
-              "for i, code in enumerate(sys.argv[1:]):\n"
-              "    try:\n"
-              "        exec(compile(code, f'block {i + 1}', 'exec'), {'__name__': '__main__'})\n"
-              "    except BaseException:\n"
-              "        traceback.print_exc()\n"
-              "        sys.exit(f'block {i + 1} failed')\n")
+def test_every_python_block_runs_as_written(tmp_path, corpus_folder, bpe_cache):
+    """Each block alone, in a fresh namespace (self-contained: it builds or loads what it uses), each
+    page from an empty folder of its own (what it writes, results/, lands there); one process for
+    all pages, so the imports and the programs two pages share are paid once."""
+    runner = ("import json, os, sys, traceback\n"
+              "for page, codes in json.loads(sys.argv[1]):\n"
+              "    folder = os.path.join(sys.argv[2], page.replace('/', '_'))\n"
+              "    os.makedirs(folder)\n"
+              "    os.chdir(folder)\n"
+              "    for i, code in enumerate(codes):\n"
+              "        try:\n"
+              "            exec(compile(code, f'{page} block {i + 1}', 'exec'), {'__name__': '__main__'})\n"
+              "        except BaseException:\n"
+              "            traceback.print_exc()\n"
+              "            sys.exit(f'{page}: block {i + 1} failed')\n")
+    pages = [[p.relative_to(ROOT).as_posix(), blocks(p)] for p in WITH_CODE]
     env = {**os.environ, "ATTENTION_JAX_DATA": str(corpus_folder), "ATTENTION_JAX_CACHE": str(bpe_cache),
            "PYTHONPATH": str(ROOT)}
-    out = subprocess.run([sys.executable, "-c", runner, *blocks(page)], cwd=tmp_path, env=env,
-                         capture_output=True, text=True, timeout=600)
+    out = subprocess.run([sys.executable, "-c", runner, json.dumps(pages), str(tmp_path)], cwd=tmp_path, env=env,
+                         capture_output=True, text=True, timeout=900)
     assert out.returncode == 0, out.stdout[-2000:] + out.stderr[-4000:]
 
 

@@ -70,6 +70,17 @@ def test_scaling_variance_trace_and_frozen_rows(scaling_results):
 
 
 @pytest.mark.slow
+def test_no_figure_of_the_analysis_tables_has_a_blank_panel(smoke_analysis):
+    """Every figure the three tables published has data in every panel (the tiny GPT's are checked
+    on its own smoke run, test_inside_tiny_gpt.py)."""
+    from experiments.harness import report
+    figures = smoke_analysis[2]
+    assert set(figures) == {"averaging", "scaling", "params"} and "jacobian.png" in figures["scaling"]
+    assert {(table, name): report.empty_axes(fig) for table, kept in figures.items() for name, fig in kept.items()
+            if report.empty_axes(fig)} == {}
+
+
+@pytest.mark.slow
 def test_params_counts(smoke_analysis):
     assert smoke_analysis[0] == 0
     results = _read(params, smoke_analysis[1] / "params")

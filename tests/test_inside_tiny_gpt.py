@@ -222,6 +222,7 @@ def test_sqrt_d_random_is_the_scaling_sweep_at_the_lectures_sizes(runs):
     rows = runs[1][2]["sqrt_d_random"]
     assert [r["d_k"] for r in rows] == list(scaling.WIDTHS)
     assert runs[1][2]["config"]["sqrt_d"]["rows"] == 200                 # constants.SQRT_D_ROWS["smoke"]
+    assert runs[1][2]["config"]["sqrt_d"]["pairs"] == 2_000              # constants.SQRT_D_PAIRS["smoke"]
     for r in rows:
         assert abs(r["std"] / r["sqrt_d"] - 1) < 0.05
         assert r["scaled_saturated"] == 0.0 and r["raw_max"] > r["scaled_max"]

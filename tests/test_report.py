@@ -1,5 +1,4 @@
 """The results writer's checks: verdicts and tallies, and figures with a blank panel."""
-import pytest
 
 from experiments.harness import report
 
@@ -22,16 +21,6 @@ def test_a_figure_with_a_blank_panel_is_caught():
     fig2, ax = report.figure()
     ax.bar([0, 1], [0.5, 0])
     assert report.empty_axes(fig2) == []
-
-
-@pytest.mark.slow
-def test_no_figure_of_a_smoke_run_has_a_blank_panel(tmp_path):
-    # The tiny GPT's figures are checked on its own test file's smoke run (test_inside_tiny_gpt.py).
-    from experiments import scaling
-    for experiment in (scaling.EXPERIMENT,):
-        result = experiment(preset="smoke", out=str(tmp_path))
-        assert {name: report.empty_axes(fig) for name, fig in result.figures.items()
-                if report.empty_axes(fig)} == {}
 
 
 def test_results_are_written_readable_by_others_as_the_umask_allows(tmp_path):

@@ -7,7 +7,9 @@ Everything is smoke-sized (helpers: a 1-block model of width 32 on random tokens
 is what costs time on a CPU, so the engines are built once per module.
 """
 
+import contextlib
 import dataclasses
+import io
 import json
 import os
 import pathlib
@@ -254,24 +256,23 @@ print("RESULT " + json.dumps(out))
 
 @pytest.fixture(scope="module")
 def on_devices(tmp_path_factory):
-    """The script above run with 1 and with 2 (forced host) CPU devices: {n: its RESULT}."""
+    """The script above with 2 (forced host) CPU devices in a process of its own, and with 1 in this
+    one (the suite's own single CPU device) meanwhile: {n: its RESULT}."""
     script = tmp_path_factory.mktemp("devices") / "devices.py"
     script.write_text(DEVICE_SCRIPT)
-
-    def start(n):
-        # XLA_FLAGS already carries the suite's optimisation level 0 (conftest); add the devices.
-        flags = f"--xla_force_host_platform_device_count={n}"
-        env = dict(os.environ, JAX_PLATFORMS="cpu", XLA_FLAGS=f"{os.environ.get('XLA_FLAGS', '')} {flags}",
-                   PYTHONPATH=os.pathsep.join(filter(None, [str(REPO), os.environ.get("PYTHONPATH")])))
-        return subprocess.Popen([sys.executable, str(script)], cwd=REPO, env=env, text=True,
-                                stdout=subprocess.PIPE, stderr=subprocess.PIPE)
-
-    procs = {n: start(n) for n in (1, 2)}       # both at once: each is mostly compiling
-    got = {}
-    for n, proc in procs.items():
-        stdout, stderr = proc.communicate(timeout=600)
-        assert proc.returncode == 0, stderr[-3000:]
-        got[n] = json.loads(next(l for l in stdout.splitlines() if l.startswith("RESULT "))[7:])
+    # XLA_FLAGS already carries the suite's optimisation level 0 (conftest); add the devices.
+    flags = "--xla_force_host_platform_device_count=2"
+    env = dict(os.environ, JAX_PLATFORMS="cpu", XLA_FLAGS=f"{os.environ.get('XLA_FLAGS', '')} {flags}",
+               PYTHONPATH=os.pathsep.join(filter(None, [str(REPO), os.environ.get("PYTHONPATH")])))
+    proc = subprocess.Popen([sys.executable, str(script)], cwd=REPO, env=env, text=True,
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    here = io.StringIO()
+    with contextlib.redirect_stdout(here):
+        exec(compile(DEVICE_SCRIPT, str(script), "exec"), {"__name__": "__main__"})
+    stdout, stderr = proc.communicate(timeout=600)
+    assert proc.returncode == 0, stderr[-3000:]
+    result = lambda text: json.loads(next(line for line in text.splitlines() if line.startswith("RESULT "))[7:])
+    got = {1: result(here.getvalue()), 2: result(stdout)}
     assert got[1]["devices"] == 1 and got[2]["devices"] == 2
     return got
 

@@ -89,11 +89,12 @@ def attention_demo(model, tok, name: str) -> dict:
 
 # --- demo 5: why divide by √d -----------------------------------------------------------------
 
-def sqrt_d_random(rows: int, keys: int = SQRT_D_KEYS, seed: int = SQRT_D_SEED) -> list[dict]:
-    """experiments.scaling's sweep at the lecture's sizes: per d_k, the std of random q·k, the mean
-    max weight and the share of frozen rows, with and without ÷√d_k."""
+def sqrt_d_random(rows: int, keys: int = SQRT_D_KEYS, seed: int = SQRT_D_SEED, pairs: int | None = None) -> list[dict]:
+    """experiments.scaling's sweep at the lecture's sizes: per d_k, the std of random q·k (over
+    `pairs` pairs, scaling's cpu preset's by default), the mean max weight and the share of frozen
+    rows, with and without ÷√d_k."""
     from experiments import scaling
-    found, _, _ = scaling.measure(pairs=scaling.PRESETS["cpu"]["pairs"], rows=rows, keys=keys, seed=seed)
+    found, _, _ = scaling.measure(pairs=pairs or scaling.PRESETS["cpu"]["pairs"], rows=rows, keys=keys, seed=seed)
     return [dict(d_k=r["d"], std=r["std"], sqrt_d=r["sqrt_d"], raw_max=r["unscaled_max"], scaled_max=r["scaled_max"],
                  saturated=r["unscaled_frozen"], scaled_saturated=r["scaled_frozen"],
                  lecture=LECTURE_SQRT_D.get(r["d"], "-")) for r in found]

@@ -13,7 +13,7 @@ from experiments.inside_tiny_gpt.anatomy import demo_params, forward_check, resi
 from experiments.inside_tiny_gpt.attention import (
     ascii_heatmap, attention_demo, heatmap_figure, sqrt_d_random, sqrt_d_trained)
 from experiments.inside_tiny_gpt.constants import (
-    CONFIG, LECTURE, RAW_FORWARD_RTOL, REVIEW, ROW, SHADES, SQRT_D_KEYS, SQRT_D_ROWS, SQRT_D_SEED)
+    CONFIG, LECTURE, RAW_FORWARD_RTOL, REVIEW, ROW, SHADES, SQRT_D_KEYS, SQRT_D_PAIRS, SQRT_D_ROWS, SQRT_D_SEED)
 from experiments.inside_tiny_gpt.evaluate import greedy_accuracy
 from experiments.inside_tiny_gpt.figures import ablation_figure, residual_figure, sqrt_d_figure, training_figure
 from experiments.inside_tiny_gpt.world import identity, make_task, world_data
@@ -154,7 +154,7 @@ def run(ctx) -> Result:
                                f"{att['future_entries']:,} future entries of {len(matrices)} heads", 0.0))
 
     # demo 5: √d
-    rand = sqrt_d_random(SQRT_D_ROWS[ctx.preset])
+    rand = sqrt_d_random(SQRT_D_ROWS[ctx.preset], pairs=SQRT_D_PAIRS.get(ctx.preset))
     tables[f"5. Why divide by √d: random q, k ~ N(0, 1), {SQRT_D_ROWS[ctx.preset]:,} rows x {SQRT_D_KEYS} keys "
            f"(seed {SQRT_D_SEED})"] = report.format_table(
         [("d_k", "d_k", "d"), ("std", "std of q·k", ".2f"), ("sqrt_d", "√d_k", ".2f"),
@@ -228,7 +228,8 @@ def run(ctx) -> Result:
     figures["training.png"] = training_figure(record, f"tiny GPT training, {budget}")
 
     settings = {"model": config.to_dict(), "train": dataclasses.asdict(tc), "seeds": seeds, "data": ident,
-              "sqrt_d": {"rows": SQRT_D_ROWS[ctx.preset], "keys": SQRT_D_KEYS, "seed": SQRT_D_SEED}}
+              "sqrt_d": {"rows": SQRT_D_ROWS[ctx.preset], "keys": SQRT_D_KEYS, "seed": SQRT_D_SEED,
+                         **({"pairs": SQRT_D_PAIRS[ctx.preset]} if ctx.preset in SQRT_D_PAIRS else {})}}
     extra = {"record": {k: record[k] for k in ("key", "steps", "seconds", "cached", "final", "history")},
              "train_log": record["train_log"], "parameters": prows, "gpt3": gpt3, "shares": shares,
              "forward": {"max_abs_diff": check["max_abs_diff"], "steps": steps, "top5": next_text},
