@@ -149,9 +149,18 @@ def test_the_table_is_float32_products_on_every_backend(monkeypatch, backend, in
     assert jax.config.jax_default_matmul_precision == before
 
 
-@pytest.mark.slow
-def test_a_memory_budget_that_leaves_no_slope_is_one_line_not_claims_failing_on_nan(tmp_path, capsys):
+def test_a_memory_budget_that_leaves_no_slope_is_one_line_not_claims_failing_on_nan(tmp_path, capsys, monkeypatch):
+    calls = []
+    monkeypatch.setattr(complexity, "run_child", fake_child(calls, oom_from=128))
+    # Under the headroom every row keeps free, nothing could run: refused before any process starts.
     code = complexity.main(["--preset", "smoke", "--out", str(tmp_path), "--memory-budget-mb", "1"])
     err = capsys.readouterr().err.strip()
     assert code == 2 and len(err.splitlines()) == 1 and "--memory-budget-mb 1 leaves" in err and "raise it" in err
+    assert calls == [] and f"above {complexity.HEADROOM // 2 ** 20:,}" in err
+    # Above it, a budget that stops the naive layers at their first row leaves them no slope to fit.
+    code = complexity.main(["--preset", "smoke", "--out", str(tmp_path), "--memory-budget-mb", "3000"])
+    err = capsys.readouterr().err.strip()
+    assert code == 2 and len(err.splitlines()) == 1 and "raise it" in err
+    assert "--memory-budget-mb 3000 leaves naive, naive_bwd fewer than two rows" in err
+    assert {variant for variant, _, _ in calls} == set(complexity.VARIANTS)      # measured, then refused
     assert not (tmp_path / "complexity" / "results.json").exists()

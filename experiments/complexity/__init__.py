@@ -19,6 +19,7 @@ from experiments.harness.experiment import Experiment, Result
 
 D_MODEL, N_HEADS = 512, 8
 VARIANTS = ("naive", "naive_bwd", "memeff", "memeff_bwd")
+HEADROOM = 2 * 2 ** 30      # bytes a row leaves free for the rest of the machine: it runs only if need + this fits
 
 
 def matrix_bytes(n: int) -> int:
@@ -156,6 +157,9 @@ def run(ctx) -> Result:
                           "to fit an exponent to; use --max-tokens 256 or more")
     p = dict(p, chunk_size=args.chunk_size or p["chunk_size"])
     budget, started = args.memory_budget_mb and args.memory_budget_mb * MIB, time.perf_counter()
+    if budget and budget <= HEADROOM:    # no row could run: say so before starting a process per variant
+        raise ConfigError(f"--memory-budget-mb {args.memory_budget_mb} leaves nothing to measure: every row keeps "
+                          f"{HEADROOM // MIB:,} MB free besides what it needs; raise it above {HEADROOM // MIB:,}")
     variants, folder = cli.choose_names(args.variants, list(VARIANTS), "variant"), ctx.folder
     results = measure_all(p, variants, args.max_tokens, budget, folder / "partial.jsonl")
     stopped = [v for v, rows in results.items() if sum(r.get("ms") is not None for r in rows) < 2]

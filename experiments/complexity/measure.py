@@ -31,7 +31,7 @@ from attention_jax.model import MultiHeadAttention
 # takes only what it uses (the parent sets this before JAX starts, Experiment.shares_accelerator;
 # here for a child run on its own).
 os.environ.setdefault("XLA_PYTHON_CLIENT_PREALLOCATE", "false")
-from experiments.complexity import D_MODEL, N_HEADS, VARIANTS, matrix_bytes  # noqa: E402,F401
+from experiments.complexity import D_MODEL, HEADROOM, N_HEADS, VARIANTS, matrix_bytes  # noqa: E402,F401
 
 
 def layer_functions(chunk_size: int = 512) -> tuple[object, dict]:
@@ -117,7 +117,7 @@ def measure(n: int, variant: str, *, repeats: int, chunk_size: int, expect_bytes
     free = free_bytes() if budget_bytes is None else budget_bytes
     row = {"n": n, "variant": variant, "repeats": repeats, "chunk_size": chunk_size, "xla_temp_bytes":
            ma.temp_size_in_bytes, "xla_total_bytes": plan, "estimate_bytes": need, "free_bytes": free}
-    if free is not None and need * 1.25 + 2 * 2 ** 30 > free:   # estimates err; others need room
+    if free is not None and need * 1.25 + HEADROOM > free:   # estimates err; others need room
         return row | {"oom": True}
     if variant == "naive":
         with float32_products():
