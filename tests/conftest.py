@@ -7,6 +7,7 @@ import io
 import json
 import os
 import pathlib
+import sys
 import tempfile
 import time
 
@@ -48,12 +49,15 @@ def pytest_configure(config):
     os.environ.setdefault("JAX_PERSISTENT_CACHE_MIN_ENTRY_SIZE_BYTES", "0")
     if "xla_backend_optimization_level" not in os.environ.get("XLA_FLAGS", ""):
         os.environ["XLA_FLAGS"] = f"{os.environ.get('XLA_FLAGS', '')} {TEST_XLA_FLAGS}".strip()
-    # This process's config too, in case jax was imported before this hook (a plugin). XLA reads
-    # XLA_FLAGS when the backend starts, after this.
-    import jax
-    jax.config.update("jax_compilation_cache_dir", os.environ["JAX_COMPILATION_CACHE_DIR"])
-    jax.config.update("jax_persistent_cache_min_compile_time_secs", 0.0)
-    jax.config.update("jax_persistent_cache_min_entry_size_bytes", 0)
+    # This process's config too if jax was imported before this hook (a plugin); else jax reads the
+    # variables above when it is imported. Not importing it here spares xdist's controller, which
+    # runs no test, the 1.5 s import before it starts the workers. XLA reads XLA_FLAGS when the
+    # backend starts, after this.
+    if "jax" in sys.modules:
+        import jax
+        jax.config.update("jax_compilation_cache_dir", os.environ["JAX_COMPILATION_CACHE_DIR"])
+        jax.config.update("jax_persistent_cache_min_compile_time_secs", 0.0)
+        jax.config.update("jax_persistent_cache_min_entry_size_bytes", 0)
 
 
 # Heaviest first, so that two workers finish together: xdist hands whole files (--dist loadfile)
