@@ -37,10 +37,11 @@ def test_smoke_run_prints_one_json_line_and_writes_the_claim(tmp_path, capsys, m
     assert summary["tokens_per_s"] == pytest.approx(8 * 128 / summary["ms_per_step"] * 1e3)
     results = json.loads((tmp_path / "throughput" / "results.json").read_text())
     names = [r["name"] for r in results["rows"]]
-    assert {"ours", "ours, loss only", "ours, 1 device", "torch", "torch + mallopt",
+    assert {"ours", "ours, loss only", "torch", "torch + mallopt",
             "torch + mallopt, bfloat16 autocast"} <= set(names) or "mimalloc" in summary["allocators_found"]
+    assert "ours, 1 device" not in names          # ours is on one device already: no second timing of it
     by = {r["name"]: r for r in results["rows"]}
-    assert by["ours"]["per_call"] == by["ours, 1 device"]["per_call"] == 2 and by["torch"]["per_call"] == 1
+    assert by["ours"]["per_call"] == 2 and by["torch"]["per_call"] == 1
     assert -0.5 < summary["metrics_cost"] < 1.0          # measured, whatever its sign on a busy machine
     assert results["claims"][0]["claim"] == throughput.CLAIM
     assert f"ratio {summary['ratio']:.2f}" in results["claims"][0]["measured"]
@@ -148,3 +149,13 @@ def test_the_profile_command_lists_the_steps_xla_ops():
     bad = subprocess.run([sys.executable, "-m", "experiments.throughput.profile", "--steps", "0"],
                          capture_output=True, text=True)
     assert bad.returncode == 2 and bad.stderr.startswith("error:")
+
+
+@pytest.mark.parametrize("devices, timed_on_one", [(2, True), (1, False)])
+def test_the_one_device_row_is_timed_only_when_ours_runs_on_several(monkeypatch, devices, timed_on_one):
+    monkeypatch.setattr(throughput, "cpu_devices", lambda batch: devices)
+    rows = throughput.contestants({"batch": 64}, "system", torch=False, one_device=True)
+    assert rows["ours"][0][:3] == ["jax", "--devices", str(devices)]
+    assert ("ours, 1 device" in rows) == timed_on_one
+    if timed_on_one:
+        assert rows["ours, 1 device"][0] == ["jax", "--devices", "1", *rows["ours"][0][3:]]

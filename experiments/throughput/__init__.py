@@ -93,7 +93,7 @@ def contestants(p: dict, allocator: str, torch: bool, one_device: bool, loss_onl
     first = rows["ours"][0]
     if loss_only:   # the same step without its metrics (grad norms per block, lr): what they cost
         rows["ours, loss only"] = (first + ["--loss-only"], env, words)
-    if one_device:
+    if one_device and devices != "1":   # ours on several CPU devices, against one (else the same program twice)
         rows["ours, 1 device"] = (first[:2] + ["1"] + first[3:], env, words)
     if torch:   # as its users run it, then with each allocator we could have used
         rows["torch"] = (["torch"], {}, "glibc, default")
