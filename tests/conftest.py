@@ -10,6 +10,7 @@ import pathlib
 import sys
 import tempfile
 import time
+import typing
 
 import numpy as np
 import pytest
@@ -163,16 +164,21 @@ def keeping_figures():
         yield kept
 
 
+class AnalysisRun(typing.NamedTuple):
+    code: int                   # experiments.all's exit status
+    folder: pathlib.Path        # REPORT.md and one folder per table
+    figures: dict               # {table: {file name: matplotlib Figure}}
+
+
 @pytest.fixture(scope="session")
-def smoke_analysis(tmp_path_factory) -> tuple[int, pathlib.Path, dict]:
-    """`python -m experiments.all --preset smoke --only averaging,scaling,params` once for the suite:
-    (exit status, its folder: REPORT.md and one folder per table, {table: {file: Figure}}).
+def smoke_analysis(tmp_path_factory) -> AnalysisRun:
+    """`python -m experiments.all --preset smoke --only averaging,scaling,params` once for the suite.
     test_all.py checks the report, test_experiments_analysis.py each table's figures."""
     from experiments import all as everything
     out = tmp_path_factory.mktemp("analysis_out")
     with keeping_figures() as figures, contextlib.redirect_stdout(io.StringIO()):
         code = everything.main(["--preset", "smoke", "--only", "averaging,scaling,params", "--out", str(out)])
-    return code, out, figures
+    return AnalysisRun(code, out, figures)
 
 
 @dataclasses.dataclass

@@ -14,7 +14,7 @@ from experiments import all as everything
 
 @pytest.mark.slow
 def test_all_writes_one_report_with_every_table_claim_and_book_figure(smoke_analysis):
-    code, tmp_path, _ = smoke_analysis        # experiments.all --only averaging,scaling,params (conftest)
+    code, tmp_path = smoke_analysis.code, smoke_analysis.folder   # experiments.all --only averaging,scaling,params (conftest)
     assert code == 0
     report = (tmp_path / "REPORT.md").read_text()
     for name in ("averaging", "scaling", "params"):

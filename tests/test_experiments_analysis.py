@@ -34,16 +34,19 @@ def _read(module, folder) -> dict:
 
 # averaging, scaling and params as `experiments.all` ran them for the suite (conftest.smoke_analysis):
 # each table's command, into one folder; test_all.py checks the report it made of them.
+def _from_all(smoke_analysis, module) -> dict:
+    assert smoke_analysis.code == 0
+    return _read(module, smoke_analysis.folder / module.NAME)
+
+
 @pytest.fixture(scope="module")
 def averaging_results(smoke_analysis):
-    assert smoke_analysis[0] == 0
-    return _read(averaging, smoke_analysis[1] / "averaging")
+    return _from_all(smoke_analysis, averaging)
 
 
 @pytest.fixture(scope="module")
 def scaling_results(smoke_analysis):
-    assert smoke_analysis[0] == 0
-    return _read(scaling, smoke_analysis[1] / "scaling")
+    return _from_all(smoke_analysis, scaling)
 
 
 @pytest.mark.slow
@@ -74,7 +77,7 @@ def test_no_figure_of_the_analysis_tables_has_a_blank_panel(smoke_analysis):
     """Every figure the three tables published has data in every panel (the tiny GPT's are checked
     on its own smoke run, test_inside_tiny_gpt.py)."""
     from experiments.harness import report
-    figures = smoke_analysis[2]
+    figures = smoke_analysis.figures
     assert set(figures) == {"averaging", "scaling", "params"} and "jacobian.png" in figures["scaling"]
     assert {(table, name): report.empty_axes(fig) for table, kept in figures.items() for name, fig in kept.items()
             if report.empty_axes(fig)} == {}
@@ -82,8 +85,7 @@ def test_no_figure_of_the_analysis_tables_has_a_blank_panel(smoke_analysis):
 
 @pytest.mark.slow
 def test_params_counts(smoke_analysis):
-    assert smoke_analysis[0] == 0
-    results = _read(params, smoke_analysis[1] / "params")
+    results = _from_all(smoke_analysis, params)
     models = {r["model"]: r for r in results["rows"]}
     assert models["GPT-2 small"]["framework"] == 124_439_808
     assert models["tiny char GPT (lecture)"]["formula"] == models["tiny char GPT (lecture)"]["framework"] == 109_056
