@@ -61,6 +61,13 @@ def pytest_configure(config):
         jax.config.update("jax_persistent_cache_min_entry_size_bytes", 0)
 
 
+@pytest.fixture(scope="session", autouse=True)
+def shared_mlir_context():
+    """Each worker lowers many programs in one MLIR context (helpers.share_mlir_contexts says why)."""
+    from helpers import share_mlir_contexts
+    share_mlir_contexts()
+
+
 # Heaviest first, so that two workers finish together: xdist hands whole files (--dist loadfile)
 # to whichever worker is free, in this order (the scheduler below keeps it; xdist's own sorts
 # files by their number of tests, which left the notebook's, two tests, among the last). The order is

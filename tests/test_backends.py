@@ -128,6 +128,17 @@ def test_a_fully_masked_half_gives_zero_weights_not_nan():
 
 # --- in the model --------------------------------------------------------------------------------
 
+# One compile per model structure, not one per operation (eager on CPU compiles each op); at module
+# level, so the three forms' tests of one (mixer, positions) share the reference form's program.
+@nnx.jit
+def logits_and_grads(m, idx):
+    def loss(m):
+        logits = m(idx)
+        return jnp.mean(jax.nn.log_softmax(logits)[..., 0]), logits
+    grads, logits = nnx.grad(loss, has_aux=True)(m)
+    return logits, nnx.state(grads, nnx.Param)
+
+
 @pytest.mark.slow
 @pytest.mark.parametrize("name", ["causal_halves", "chunked", "fused"])
 @pytest.mark.parametrize("mixer, positions", [("heads", "learned"), ("heads", "rope"), ("head", "rope"),
@@ -140,16 +151,7 @@ def test_every_form_in_the_model_equals_the_reference_forward_and_gradients(name
     other = LanguageModel(dataclasses.replace(cfg, attention=name), rngs=nnx.Rngs(0))      # the same weights
     assert attention_forms(other)["blocks.0.mixer"] == name and attention_forms(ref)["blocks.0.mixer"] == "reference"
     idx = tokens()
-
-    @nnx.jit   # one compile per model, not one per operation (eager on CPU compiles each op)
-    def logits_and_grads(m):
-        def loss(m):
-            logits = m(idx)
-            return jnp.mean(jax.nn.log_softmax(logits)[..., 0]), logits
-        grads, logits = nnx.grad(loss, has_aux=True)(m)
-        return logits, nnx.state(grads, nnx.Param)
-
-    (got, got_grads), (want, want_grads) = logits_and_grads(other), logits_and_grads(ref)
+    (got, got_grads), (want, want_grads) = logits_and_grads(other, idx), logits_and_grads(ref, idx)
     chex.assert_trees_all_close(got, want, atol=2e-5)
     chex.assert_trees_all_close(got_grads, want_grads, atol=2e-5)
 
