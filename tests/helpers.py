@@ -151,3 +151,11 @@ def share_mlir_contexts(uses: int = MLIR_CONTEXT_USES) -> None:
         return local.context
     shared.shared = True
     mlir.make_ir_context = shared
+
+
+def mlir_prelude() -> str:
+    """A line to put first in a script a test runs in a process of its own: the same sharing there
+    (its sys.path left as it was)."""
+    here = str(pathlib.Path(__file__).resolve().parent)
+    return (f"import sys; sys.path.insert(0, {here!r}); from helpers import share_mlir_contexts; "
+            "share_mlir_contexts(); sys.path.pop(0)\n")

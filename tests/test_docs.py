@@ -32,10 +32,8 @@ def test_every_python_block_runs_as_written(tmp_path, corpus_folder, bpe_cache):
     """Each block alone, in a fresh namespace (self-contained: it builds or loads what it uses), each
     page from an empty folder of its own (what it writes, results/, lands there); one process for
     all pages, so the imports and the programs two pages share are paid once."""
-    runner = ("import json, os, sys, traceback\n"
-              # the suite's processes lower many programs in one MLIR context: speed only, nothing a block sees
-              f"sys.path.insert(0, {str(ROOT / 'tests')!r}); from helpers import share_mlir_contexts\n"
-              "share_mlir_contexts(); sys.path.pop(0)\n"
+    from helpers import mlir_prelude   # the suite's processes share MLIR contexts: speed only, nothing a block sees
+    runner = (mlir_prelude() + "import json, os, sys, traceback\n"
               "for page, codes in json.loads(sys.argv[1]):\n"
               "    folder = os.path.join(sys.argv[2], page.replace('/', '_'))\n"
               "    os.makedirs(folder)\n"

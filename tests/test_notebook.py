@@ -59,10 +59,8 @@ def test_the_notebook_runs_on_cpu_at_smoke_size(tmp_path, corpus_folder, bpe_cac
     nb = nbformat.read(NOTEBOOK, as_version=4)
     # As the suite's own processes, the kernel lowers many programs in one MLIR context (helpers.py):
     # a first cell of the test's, with no output, that changes the time and nothing the notebook sees.
-    tests = str(pathlib.Path(__file__).resolve().parent)
-    nb.cells.insert(0, nbformat.v4.new_code_cell(
-        f"import sys; sys.path.insert(0, {tests!r}); from helpers import share_mlir_contexts\n"
-        "share_mlir_contexts(); sys.path.pop(0)"))
+    from helpers import mlir_prelude
+    nb.cells.insert(0, nbformat.v4.new_code_cell(mlir_prelude()))
     t0 = time.perf_counter()
     nbclient.NotebookClient(nb, timeout=300, kernel_name="python3", resources={"metadata": {"path": str(here)}}
                             ).execute()

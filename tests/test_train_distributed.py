@@ -17,6 +17,7 @@ import numpy as np
 import pytest
 
 from attention_jax.train import distributed
+from helpers import mlir_prelude
 
 REPO = pathlib.Path(__file__).resolve().parents[1]
 
@@ -103,7 +104,7 @@ def free_port() -> int:
 def runs(tmp_path_factory):
     folder = tmp_path_factory.mktemp("distributed")
     script = folder / "train.py"
-    script.write_text(SCRIPT)
+    script.write_text(mlir_prelude() + SCRIPT)   # helpers.py: speed only
     base = dict(os.environ, JAX_PLATFORMS="cpu",
                 PYTHONPATH=os.pathsep.join(filter(None, [str(REPO), os.environ.get("PYTHONPATH")])))
     port = str(free_port())
@@ -202,7 +203,7 @@ def test_a_preemption_notice_saves_one_agreed_step_on_every_process_and_stops(tm
     """SIGTERM to one of two processes (as a scheduler sends it), four steps per call: JAX's
     runtime tells both; both save the same step, at the end of a call, stop, and resume there."""
     script = tmp_path / "preempt.py"
-    script.write_text(PREEMPT_SCRIPT)
+    script.write_text(mlir_prelude() + PREEMPT_SCRIPT)
     env = dict(os.environ, JAX_PLATFORMS="cpu",
                PYTHONPATH=os.pathsep.join(filter(None, [str(REPO), os.environ.get("PYTHONPATH")])))
     port = str(free_port())

@@ -26,7 +26,7 @@ from attention_jax.data import eval_windows
 from attention_jax.errors import DataError
 from attention_jax.train import Engine, TrainConfig, cross_entropy, make_optimizer
 
-from helpers import MC, T, TC, V, VAL, assert_same_state, batch, one_line, task
+from helpers import MC, T, TC, V, VAL, assert_same_state, batch, mlir_prelude, one_line, task
 
 REPO = pathlib.Path(__file__).resolve().parents[1]
 PINNED = [4.411236763000488, 0.5659857392311096, 0.1958429217338562]   # loss, grad norm, block 0's, step 1
@@ -259,7 +259,7 @@ def on_devices(tmp_path_factory):
     """The script above with 2 (forced host) CPU devices in a process of its own, and with 1 in this
     one (the suite's own single CPU device) meanwhile: {n: its RESULT}."""
     script = tmp_path_factory.mktemp("devices") / "devices.py"
-    script.write_text(DEVICE_SCRIPT)
+    script.write_text(mlir_prelude() + DEVICE_SCRIPT)   # helpers.py: speed only
     # XLA_FLAGS already carries the suite's optimisation level 0 (conftest); add the devices.
     flags = "--xla_force_host_platform_device_count=2"
     env = dict(os.environ, JAX_PLATFORMS="cpu", XLA_FLAGS=f"{os.environ.get('XLA_FLAGS', '')} {flags}",
