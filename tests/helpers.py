@@ -131,10 +131,10 @@ MLIR_CONTEXT_USES = 256    # programs lowered in one MLIR context before a fresh
 
 
 def share_mlir_contexts(uses: int = MLIR_CONTEXT_USES) -> None:
-    """JAX lowers each program in a fresh MLIR context, and making one (loading its dialects) is
-    about a quarter of what a single eager op costs on a CPU (27 -> 20 ms each; most of the suite's
-    ~4,500 programs are eager ops). From here on, each thread of this process lowers `uses`
-    programs in one context. The programs' text is the same, so the same compiled code and
+    """JAX lowers each program in a fresh MLIR context, and making one (loading its dialects) is a
+    good part of what a single eager op costs on a CPU, where most of the suite's programs are eager
+    ops (CONTRIBUTING.md has the figures, tools/eager_op_cost.py measures them). From here on, each
+    thread of this process lowers `uses` programs in one context. The programs' text is the same, so the same compiled code and
     compilation-cache keys. For the tests' processes only, never the library; without
     `mlir.make_ir_context` (another JAX) nothing changes but the time."""
     import threading

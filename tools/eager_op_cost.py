@@ -17,7 +17,6 @@ import sys
 import time
 
 TESTS = pathlib.Path(__file__).resolve().parents[1] / "tests"
-FLAGS = "--xla_backend_optimization_level=0 --xla_cpu_use_fusion_emitters=false"   # conftest.TEST_XLA_FLAGS
 
 
 def main(argv=None) -> int:
@@ -27,13 +26,14 @@ def main(argv=None) -> int:
     args = p.parse_args(argv)
     if args.rounds < 1 or args.shapes < 1:
         p.error("--rounds and --shapes must be at least 1")
-    os.environ["XLA_FLAGS"] = f"{os.environ.get('XLA_FLAGS', '')} {FLAGS}".strip()
-    os.environ["JAX_ENABLE_COMPILATION_CACHE"] = "false"
+    os.environ["JAX_ENABLE_COMPILATION_CACHE"] = "false"      # read when jax is imported
+    sys.path.insert(0, str(TESTS))
+    from conftest import TEST_XLA_FLAGS                         # the suite's flags, read when XLA starts
+    os.environ["XLA_FLAGS"] = f"{os.environ.get('XLA_FLAGS', '')} {TEST_XLA_FLAGS}".strip()
     import jax
     import jax.monitoring
     import jax.numpy as jnp
     from jax._src.interpreters import mlir
-    sys.path.insert(0, str(TESTS))
     import helpers
     fresh = mlir.make_ir_context
     helpers.share_mlir_contexts()
