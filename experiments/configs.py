@@ -89,6 +89,8 @@ LADDER_BUDGETS = {
     # so a longer run loses the "+ FFN improves" ordering (docs/results/ladder.md).
     "cpu": TrainConfig(steps=2250, batch_size=32, lr=3e-3, warmup_steps=100, checkpoint_every=250,
                        eval_every=250, train_eval_windows=120),
-    "smoke": TrainConfig(steps=12, batch_size=8, lr=1e-3, checkpoint_every=6, log_every=6,
+    # A plumbing check (its figures mean nothing): a checkpoint halfway, two log lines, a final
+    # evaluation. Batch 8 splits over a Colab TPU's eight cores (test_all).
+    "smoke": TrainConfig(steps=6, batch_size=8, lr=1e-3, checkpoint_every=3, log_every=3,
                          train_eval_windows=16),
 }

@@ -41,8 +41,9 @@ def test_every_form_equals_the_reference_forward_and_gradients(name, causal, rng
     q, k, v, g = (jnp.asarray(normal(rng, 2, 3, 9, 8)) for _ in range(4))    # odd T: uneven halves and chunks
     form = backends.form(config(attention_chunk=4), name)   # chunks of 4: three over 9 positions
     loss = lambda f: lambda q, k, v: jnp.sum(f(q, k, v, causal=causal) * g)
-    want, want_grads = jax.value_and_grad(loss(backends.reference), argnums=(0, 1, 2))(q, k, v)
-    got, got_grads = jax.value_and_grad(loss(form), argnums=(0, 1, 2))(q, k, v)
+    # Compiled: one program each, where eager would compile every operation of the form (CPU).
+    want, want_grads = jax.jit(jax.value_and_grad(loss(backends.reference), argnums=(0, 1, 2)))(q, k, v)
+    got, got_grads = jax.jit(jax.value_and_grad(loss(form), argnums=(0, 1, 2)))(q, k, v)
     np.testing.assert_allclose(got, want, rtol=1e-5)
     chex.assert_trees_all_close(got_grads, want_grads, atol=2e-5)
 
@@ -58,8 +59,8 @@ def test_the_reference_form_is_the_functional_core():
 @pytest.mark.slow
 def test_causal_halves_skip_a_quarter_that_is_exactly_zero(rng):
     q, k, v = (jnp.asarray(normal(rng, 2, 7, 4)) for _ in range(3))
-    out, w = backends.causal_halves(q, k, v, return_weights=True)
-    want_out, want_w = F.attention(q, k, v, mask=F.causal_mask(7), return_weights=True)
+    out, w = jax.jit(lambda q, k, v: backends.causal_halves(q, k, v, return_weights=True))(q, k, v)
+    want_out, want_w = jax.jit(lambda q, k, v: F.attention(q, k, v, mask=F.causal_mask(7), return_weights=True))(q, k, v)
     np.testing.assert_allclose(out, want_out, rtol=1e-6)
     np.testing.assert_allclose(w, want_w, rtol=1e-6)
     np.testing.assert_array_equal(w[..., :3, 3:], 0.0)
@@ -68,14 +69,15 @@ def test_causal_halves_skip_a_quarter_that_is_exactly_zero(rng):
 @pytest.mark.slow
 def test_integer_and_half_precision_inputs_of_the_forms():
     ints = jnp.arange(40).reshape(1, 5, 8) % 3
-    out, w = backends.causal_halves(ints, ints, ints, return_weights=True)
-    want_out, want_w = F.attention(*(ints.astype(jnp.float32),) * 3, mask=F.causal_mask(5), return_weights=True)
+    out, w = jax.jit(lambda x: backends.causal_halves(x, x, x, return_weights=True))(ints)
+    want_out, want_w = jax.jit(lambda x: F.attention(x, x, x, mask=F.causal_mask(5), return_weights=True))(
+        ints.astype(jnp.float32))
     assert out.dtype == w.dtype == jnp.float32
     np.testing.assert_allclose(out, want_out, rtol=1e-6)
     for dtype in (jnp.bfloat16, jnp.float16):
         q = jax.random.normal(jax.random.key(1), (1, 2, 5, 8)).astype(dtype)
         bias = F.alibi_bias(2, 5)
-        half = backends.causal_halves(q, q, q, bias=bias)
+        half = jax.jit(lambda q: backends.causal_halves(q, q, q, bias=bias))(q)
         fused = jax.jit(lambda q: backends.fused(q, q, q, bias=bias))(q)   # float16: XLA's CPU has no f16·f16->f32
         assert half.dtype == fused.dtype == dtype
         np.testing.assert_allclose(np.asarray(fused, np.float32), np.asarray(half, np.float32), atol=2e-2)
@@ -94,7 +96,8 @@ def test_sizes_a_form_cannot_take_are_refused_in_words():
     with pytest.raises(ValueError, match="no dropout"):
         backends.fused(jnp.ones((4, 2)), jnp.ones((4, 2)), jnp.ones((4, 2)), dropout=lambda w: w)
     q = jax.random.normal(jax.random.key(2), (37, 16))                  # [T, D]: no head axis, like the others
-    np.testing.assert_allclose(backends.fused(q, q, q), F.attention(q, q, q, mask=F.causal_mask(37)), atol=1e-6)
+    np.testing.assert_allclose(jax.jit(lambda q: backends.fused(q, q, q))(q),
+                               jax.jit(lambda q: F.attention(q, q, q, mask=F.causal_mask(37)))(q), atol=1e-6)
     with pytest.raises(ValueError, match="chunks of at least one position"):
         memory_efficient_attention(jnp.ones((4, 2)), jnp.ones((4, 2)), jnp.ones((4, 2)), chunk_size=0)
 
@@ -213,7 +216,7 @@ def test_the_fused_kernel_reads_the_gpus_compute_capability(monkeypatch, found, 
 @pytest.mark.slow
 def test_a_cudnn_refusal_while_tracing_falls_back_to_xla_with_a_warning(monkeypatch, rng):
     q, k, v = (jnp.asarray(normal(rng, 2, 4, 16, 8), jnp.bfloat16) for _ in range(3))
-    want = backends.fused(q, k, v, bias=F.alibi_bias(4, 16), implementation="xla")
+    want = jax.jit(lambda q, k, v: backends.fused(q, k, v, bias=F.alibi_bias(4, 16), implementation="xla"))(q, k, v)
     monkeypatch.setattr(backends, "fused_kernel", lambda *a, **kw: "cudnn")   # as on a GPU; this CPU has no cuDNN
     with pytest.warns(RuntimeWarning, match="cuDNN's attention kernel refused this call .*cuDNN is not detected"):
         got = jax.jit(lambda q, k, v: backends.fused(q, k, v, bias=F.alibi_bias(4, 16)))(q, k, v)
@@ -223,7 +226,7 @@ def test_a_cudnn_refusal_while_tracing_falls_back_to_xla_with_a_warning(monkeypa
     with warnings.catch_warnings():
         warnings.simplefilter("error")     # no warning: XLA's kernel is chosen up front for ...
         odd = q[..., :15, :]               # ... a bias over an odd number of positions (cuDNN's gradient refuses it)
-        backends.fused(odd, odd, odd, bias=F.alibi_bias(4, 15))
+        jax.jit(lambda x: backends.fused(x, x, x, bias=F.alibi_bias(4, 15)))(odd)
         with pytest.raises(ValueError):    # a call that is wrong whatever the kernel: its own error, no cuDNN warning
             backends.fused(q, k[..., :4], v)
 

@@ -19,6 +19,8 @@ from experiments import ladder
 pytestmark = pytest.mark.slow      # every test here trains a smoke row and runs it again
 
 ROWS = "no_context"
+SMOKE = ladder.PRESETS["smoke"]
+LAST, HALF = str(SMOKE.steps), str(SMOKE.checkpoint_every)       # the smoke row's two checkpoint steps
 
 
 def command(out: pathlib.Path, rows: str = ROWS) -> tuple[int, str]:
@@ -77,7 +79,7 @@ def artifact(root: pathlib.Path, what: str) -> tuple[pathlib.Path, pathlib.Path]
     other_run = next((ladder_dir / "runs").glob("average-*"))
     bpe = next(p for p in cache.glob("bpe-*-v1024") if (p / "tokens.npy").exists())
     return {"row record": (record, other_record),
-            "final checkpoint": (run / "checkpoints" / "12", run / "checkpoints" / "6"),
+            "final checkpoint": (run / "checkpoints" / LAST, run / "checkpoints" / HALF),
             "checkpoint checksums": (run / "checksums.json", other_run / "checksums.json"),
             "run fingerprint": (run / "run.json", other_run / "run.json"),
             "metrics file": (run / "metrics.jsonl", other_run / "metrics.jsonl"),
@@ -125,7 +127,7 @@ def test_every_checkpoint_damaged_and_no_record_retrains_quietly_keeping_the_dam
     record, _ = artifact(root, "row record")
     record.unlink()
     run = next((root / "out" / "ladder" / "runs").glob("no_context-*"))
-    for step in ("6", "12"):
+    for step in (HALF, LAST):
         damage(run / "checkpoints" / step, "flip", None)
     monkeypatch.setenv("ATTENTION_JAX_CACHE", str(root / "cache"))
     monkeypatch.setenv("ATTENTION_JAX_DATA", str(corpus_folder))
@@ -135,5 +137,5 @@ def test_every_checkpoint_damaged_and_no_record_retrains_quietly_keeping_the_dam
     assert err.count("is damaged") == 2 and "starting afresh" in err
     results = json.loads((root / "out" / "ladder" / "results.json").read_text())
     assert {r["name"]: (r["train_ppl"], r["val_ppl"]) for r in results["rows"]}["no_context"] == expected["no_context"]
-    assert sorted(p.name for p in (run / "checkpoints").iterdir() if p.name.isdigit()) == ["12", "6"]
-    assert sorted(p.name for p in (run / "damaged").iterdir()) == ["12", "6"]
+    assert sorted(p.name for p in (run / "checkpoints").iterdir() if p.name.isdigit()) == sorted([LAST, HALF])
+    assert sorted(p.name for p in (run / "damaged").iterdir()) == sorted([LAST, HALF])

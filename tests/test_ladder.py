@@ -20,6 +20,7 @@ from experiments import ladder
 NAMES = [row.name for row in ladder.ROWS]
 PARAMS = [263_168, 263_168, 279_552, 279_552, 328_704, 328_704, 345_216, 476_928, 477_696, 675_584]
 SMOKE = ["--preset", "smoke", "--no-progress"]
+SMOKE_STEPS = ladder.PRESETS["smoke"].steps
 
 
 @pytest.fixture(autouse=True)
@@ -48,9 +49,10 @@ def test_smoke_ladder_writes_table_results_and_plot(smoke_ladder):
     assert [r["params"] for r in rows] == PARAMS
     for r in rows:
         assert math.isfinite(r["train_ppl"]) and math.isfinite(r["val_ppl"]), r
-        # 12 steps at lr 1e-3: near the uniform guess over the 1,024 tokens (perplexity 1024; measured 412 to
-        # 1069), and the held-out and training splits agree (measured within 7%): nothing overfits yet
-        assert 1 < r["val_ppl"] < 1.25 * 1024 and r["steps"] == 12 and r["seeds"] == [0]
+        # 6 steps at lr 1e-3: near the guess at initialisation (the uniform one is perplexity 1024; measured
+        # 671 to 1260, the residual rows highest), and the held-out and training splits agree (measured
+        # within 8%): nothing overfits yet
+        assert 1 < r["val_ppl"] < 1.5 * 1024 and r["steps"] == SMOKE_STEPS and r["seeds"] == [0]
         assert abs(math.log(r["val_ppl"] / r["train_ppl"])) < 0.15, r
     # The two rows of the --rows run were reused, the other eight trained now.
     assert [r["name"] for r in rows if r["cached"]] == ["no_context", "heads"]
@@ -68,7 +70,7 @@ def test_smoke_ladder_writes_table_results_and_plot(smoke_ladder):
     assert "book ≈14" in said["a learned head beats the uniform average + residual"]
     assert "book" not in said["+ FFN improves"]                 # the book gives no figure for it
     assert "38.07 (train 18.77)" in (folder / "table.md").read_text()
-    assert run.results["preset"] == "smoke" and run.results["config"]["train"]["steps"] == 12
+    assert run.results["preset"] == "smoke" and run.results["config"]["train"]["steps"] == SMOKE_STEPS
     table = (folder / "table.md").read_text()
     assert table.startswith("# ladder (preset: smoke)") and "## Claims" in table
     assert all(f" {name} |" in table for name in NAMES)
@@ -100,17 +102,17 @@ def test_eval_every_records_curves(tmp_path, smoke_ladder):
     """--eval-every N: train and val perplexity along the way, in results.json and curves.png;
     --lr, --batch-size and --schedule override the preset, and the results say so."""
     with contextlib.redirect_stdout(io.StringIO()):
-        code = ladder.main([*SMOKE, "--rows", "no_context", "--eval-every", "4", "--lr", "2e-3",
+        code = ladder.main([*SMOKE, "--rows", "no_context", "--eval-every", "2", "--lr", "2e-3",
                             "--batch-size", "4", "--schedule", "cosine", "--out", str(tmp_path)])
     assert code == 0
     results = json.loads((tmp_path / "ladder" / "results.json").read_text())
     train = results["config"]["train"]
     assert (train["lr"], train["batch_size"], train["schedule"], train["eval_every"], train["steps"]) == \
-        (2e-3, 4, "cosine", 4, 12)
+        (2e-3, 4, "cosine", 2, 6)
     row, = results["rows"]
-    assert [h["step"] for h in row["history"]] == [4, 8, 12]
+    assert [h["step"] for h in row["history"]] == [2, 4, 6]
     assert row["history"][-1]["val_ppl"] == [row["val_ppl"]] and row["history"][-1]["train_ppl"] == [row["train_ppl"]]
-    assert row["history"][0]["val_ppl"][0] > row["val_ppl"]     # it learned between step 4 and step 12
+    assert row["history"][0]["val_ppl"][0] > row["val_ppl"]     # it learned between step 2 and step 6
     assert (tmp_path / "ladder" / "curves.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
     assert not (smoke_ladder["folder"] / "curves.png").exists()     # no curves without --eval-every
 

@@ -16,9 +16,7 @@ T = 128
 
 @pytest.fixture(scope="module")
 def run(smoke_run):
-    # Half the smoke preset's 12 steps: the plumbing is the same, and at the suite's -O0 the
-    # width-1024 head's training is most of the run.
-    return smoke_run(sa, "--rows", "d32,d1024", "--seeds", "2", "--steps", "6")
+    return smoke_run(sa, "--rows", "d32,d1024", "--seeds", "2")
 
 
 @pytest.mark.slow

@@ -21,6 +21,7 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 from flax import nnx
+from scipy.special import log_softmax
 
 from attention_jax.data import eval_windows
 from attention_jax.errors import DataError
@@ -69,11 +70,18 @@ def test_cosine_warms_up_then_decays_to_its_floor():
     np.testing.assert_allclose(lrs[10], 0.001, rtol=1e-4)              # the floor, lr * min_lr_ratio
 
 
+@nnx.jit
+def forward(model, x):
+    """The model's logits, compiled: one program per model and shape, where an eager call compiles
+    each of its operations (on a CPU, most of these tests' time)."""
+    return model(x)
+
+
 def by_hand(model, tokens, max_windows=None) -> float:
     model.eval()
     x, y = eval_windows(tokens, T, max_windows=max_windows)
-    logp = jax.nn.log_softmax(np.asarray(model(jnp.asarray(x)), np.float64), axis=-1)
-    nll = -np.take_along_axis(np.asarray(logp), y[..., None], axis=-1)
+    logp = log_softmax(np.asarray(forward(model, jnp.asarray(x)), np.float64), axis=-1)
+    nll = -np.take_along_axis(logp, y[..., None], axis=-1)
     return float(np.exp(nll.mean()))
 
 
@@ -154,8 +162,8 @@ def test_token_weights_score_only_the_weighted_positions(engine):
     w[:, 5] = 1.0                                        # one answer token per window, as the Winograd toy
     weighted = {**b, "weights": w}
     _, m = eng.step(eng.init([0]), eng.shard([weighted]))
-    logits = eng.model(eng.init([0]))(jnp.asarray(b["x"]))
-    by_hand = np.asarray(cross_entropy(logits, jnp.asarray(b["y"])))[:, 5].mean()
+    logits = forward(eng.model(eng.init([0])), jnp.asarray(b["x"]))
+    by_hand = np.asarray(jax.jit(cross_entropy)(logits, jnp.asarray(b["y"])))[:, 5].mean()
     np.testing.assert_allclose(float(m["loss"]), by_hand, rtol=1e-5)
     # Targets at unweighted positions change nothing: the same update, bit for bit.
     other = {**weighted, "y": np.where(w > 0, b["y"], (b["y"] + 1) % V).astype(np.int32)}
@@ -193,7 +201,7 @@ def test_engine_model_is_a_usable_model_with_the_states_weights(engine):
     for seed in (0, 1):
         model = eng.model(state, seed)
         model.eval()
-        np.testing.assert_allclose(model(x), eng.logits(state, x)[seed], atol=1e-5)
+        np.testing.assert_allclose(forward(model, x), eng.logits(state, x)[seed], atol=1e-5)
 
 
 def test_ids_outside_the_vocabulary_are_refused_where_batches_are_made(engine):

@@ -32,7 +32,7 @@ PRESETS = {
     # none within 30 minutes brings warmed-up post-norm within 5% of pre-norm.
     "cpu": TrainConfig(steps=600, batch_size=32, lr=3e-3, warmup_steps=100, log_every=5, eval_every=100,
                        checkpoint_every=100, train_eval_windows=120),
-    "smoke": TrainConfig(steps=8, batch_size=8, lr=3e-3, warmup_steps=4, log_every=1, checkpoint_every=4,
+    "smoke": TrainConfig(steps=4, batch_size=8, lr=3e-3, warmup_steps=2, log_every=1, checkpoint_every=2,
                          train_eval_windows=8, eval_batch=8),
 }
 # The init measurement: (windows per batch, batches averaged, at least this many seeds), the
