@@ -73,7 +73,7 @@ def test_cosine_warms_up_then_decays_to_its_floor():
 @nnx.jit
 def forward(model, x):
     """The model's logits, compiled: one program per model and shape, where an eager call compiles
-    each of its operations (on a CPU, most of these tests' time)."""
+    each of its operations."""
     return model(x)
 
 
