@@ -14,6 +14,7 @@ import urllib.request
 import jax
 import jax.numpy as jnp
 import numpy as np
+from flax import nnx
 
 from attention_jax.config import ModelConfig, TrainConfig
 from attention_jax.data import CORPUS_NAME
@@ -53,6 +54,13 @@ def run(model_config=MC, train_config=TC, *, engine=None, seeds=(0,), **kw):
 
 def batch(eng, seeds=(0,), step=0):
     return eng.shard([task().sample(s, step) for s in seeds])
+
+
+@nnx.jit
+def forward(model, x):
+    """The model's logits, compiled: one program per model structure and shape, where an eager call
+    compiles each of its operations. One function for the suite, so tests share its programs."""
+    return model(x)
 
 
 def leaves(state) -> list[tuple[str, np.ndarray]]:
@@ -134,9 +142,9 @@ def share_mlir_contexts(uses: int = MLIR_CONTEXT_USES) -> None:
     """JAX lowers each program in a fresh MLIR context, and making one (loading its dialects) is a
     good part of what a single eager op costs on a CPU, where most of the suite's programs are eager
     ops (CONTRIBUTING.md has the figures, tools/eager_op_cost.py measures them). From here on, each
-    thread of this process lowers `uses` programs in one context. The programs' text is the same, so the same compiled code and
-    compilation-cache keys. For the tests' processes only, never the library; without
-    `mlir.make_ir_context` (another JAX) nothing changes but the time."""
+    thread of this process lowers `uses` programs in one context. The programs' text is the same, so
+    the same compiled code and compilation-cache keys. For the tests' processes only, never the
+    library; without `mlir.make_ir_context` (another JAX) nothing changes but the time."""
     import threading
     from jax._src.interpreters import mlir
     make = getattr(mlir, "make_ir_context", None)

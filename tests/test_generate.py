@@ -13,6 +13,8 @@ from attention_jax.generate import generate, next_token
 from attention_jax.inspect import ablate
 from attention_jax.model import LanguageModel
 
+from helpers import forward
+
 TINY = ModelConfig(vocab_size=37, context=8, d_model=32, n_layers=1, n_heads=4, positions="learned")
 
 
@@ -29,7 +31,7 @@ def model():
 def test_greedy_equals_decoding_by_hand_across_the_context_boundary(model):
     prompt = [5, 1, 30]
     got = generate(model, prompt, 12, temperature=0, cache=False)   # 15 tokens through a context of 8
-    text, forward = list(prompt), nnx.jit(lambda m, x: m(x))
+    text = list(prompt)
     for _ in range(12):   # the model on the last `context` tokens, unpadded, argmax at the last position
         window = np.asarray(text[-TINY.context:])[None]
         text.append(int(np.asarray(forward(model, jnp.asarray(window)))[0, -1].argmax()))

@@ -13,6 +13,8 @@ from attention_jax.errors import ConfigError
 from attention_jax.generate import generate
 from attention_jax.model import LanguageModel
 
+from helpers import forward
+
 BASE = ModelConfig(vocab_size=50, context=24, d_model=32, n_layers=2, n_heads=4)
 KINDS = ("learned", "sinusoidal", "rope", "alibi", "none")
 
@@ -23,11 +25,6 @@ def model(**change):
 
 def prompts(batch, length=5, seed=0):
     return np.random.default_rng(seed).integers(0, BASE.vocab_size, (batch, length))
-
-
-@nnx.jit
-def forward(m, x):
-    return m(x)
 
 
 @pytest.mark.slow

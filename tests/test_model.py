@@ -16,6 +16,8 @@ from attention_jax.inspect import Record, replaced
 from attention_jax.model import Block, Head, LanguageModel, MultiHeadAttention, UniformAverage
 from experiments.torch_ref import TwinBlock as TorchBlock, TwinLM as TorchLM, as_torch as _t, torch_mha
 
+from helpers import forward
+
 torch.set_num_threads(1)
 
 TINY = ModelConfig(vocab_size=50, context=8, d_model=32, n_layers=2, n_heads=4)
@@ -248,7 +250,6 @@ def test_bfloat16_computes_in_half_precision_and_keeps_float32_parameters():
     model = LanguageModel(cfg, rngs=nnx.Rngs(0))
     f32 = LanguageModel(config(), rngs=nnx.Rngs(0))
     assert all(p.dtype == jnp.float32 for p in jax.tree.leaves(nnx.state(model, nnx.Param)))
-    forward = nnx.jit(lambda m, x: m(x))
     logits = forward(model, tokens())
     assert logits.dtype == jnp.bfloat16 and bool(jnp.all(jnp.isfinite(logits.astype(jnp.float32))))
     # the same weights: bfloat16 rounds to ~3 significant digits, no more

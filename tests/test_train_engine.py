@@ -27,7 +27,7 @@ from attention_jax.data import eval_windows
 from attention_jax.errors import DataError
 from attention_jax.train import Engine, TrainConfig, cross_entropy, make_optimizer
 
-from helpers import MC, T, TC, V, VAL, assert_same_state, batch, mlir_prelude, one_line, task
+from helpers import MC, T, TC, V, VAL, assert_same_state, batch, forward, mlir_prelude, one_line, task
 
 REPO = pathlib.Path(__file__).resolve().parents[1]
 PINNED = [4.411236763000488, 0.5659857392311096, 0.1958429217338562]   # loss, grad norm, block 0's, step 1
@@ -68,13 +68,6 @@ def test_cosine_warms_up_then_decays_to_its_floor():
     assert all(a > b for a, b in zip(lrs[2:10], lrs[3:11]))          # strictly down after warmup
     np.testing.assert_allclose(lrs[6], 0.001 + 0.009 * 0.5, rtol=1e-4)  # halfway: the cosine's midpoint
     np.testing.assert_allclose(lrs[10], 0.001, rtol=1e-4)              # the floor, lr * min_lr_ratio
-
-
-@nnx.jit
-def forward(model, x):
-    """The model's logits, compiled: one program per model and shape, where an eager call compiles
-    each of its operations."""
-    return model(x)
 
 
 def by_hand(model, tokens, max_windows=None) -> float:
