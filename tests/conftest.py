@@ -3,6 +3,7 @@ torch and lists every measured value at the end of the run (the numbers the clos
 
 import contextlib
 import dataclasses
+import gc
 import io
 import json
 import os
@@ -54,11 +55,37 @@ def pytest_configure(config):
     # variables above when it is imported. Not importing it here spares xdist's controller, which
     # runs no test, the 1.5 s import before it starts the workers. XLA reads XLA_FLAGS when the
     # backend starts, after this.
+    if not _controller(config):
+        gc.disable()                      # until collection ends (pytest_collection_finish)
     if "jax" in sys.modules:
         import jax
         jax.config.update("jax_compilation_cache_dir", os.environ["JAX_COMPILATION_CACHE_DIR"])
         jax.config.update("jax_persistent_cache_min_compile_time_secs", 0.0)
         jax.config.update("jax_persistent_cache_min_entry_size_bytes", 0)
+
+
+# Python's full garbage collections walk every object alive, and a worker's heap (jax, flax, torch,
+# the test modules, then jax's caches) grows to millions of them: each full collection took up to a
+# second, tens of seconds a worker (CONTRIBUTING: tools/gc_time.py). Frozen objects are skipped by
+# the cyclic collector (reference counting still frees them), so: no collection while the test
+# files are imported, that heap frozen, and after each test file what survives a collection frozen.
+def _controller(config) -> bool:
+    """xdist's controller: it runs no test and collects nothing, so it keeps Python's default."""
+    return bool(getattr(config.option, "numprocesses", None)) and not hasattr(config, "workerinput")
+
+
+def pytest_collection_finish(session):
+    if not _controller(session.config):
+        gc.freeze()
+        gc.enable()
+
+
+@pytest.hookimpl(hookwrapper=True)
+def pytest_runtest_protocol(item, nextitem):
+    yield
+    if nextitem is None or nextitem.path != item.path:     # the file's fixtures are torn down by now
+        gc.collect()
+        gc.freeze()
 
 
 @pytest.fixture(scope="session", autouse=True)

@@ -11,15 +11,13 @@ import pytest
 NOTEBOOKS = pathlib.Path(__file__).resolve().parents[1] / "notebooks"
 SOURCE, NOTEBOOK = NOTEBOOKS / "source" / "attention_jax.py", NOTEBOOKS / "attention_jax.ipynb"
 
-jupytext = pytest.importorskip("jupytext")
-nbformat = pytest.importorskip("nbformat")
-
 
 def code_cells(nb) -> list[str]:
     return [c.source.strip() for c in nb.cells if c.cell_type == "code"]
 
 
 def test_the_ipynb_is_its_py_source_without_outputs():
+    jupytext, nbformat = pytest.importorskip("jupytext"), pytest.importorskip("nbformat")
     committed = nbformat.read(NOTEBOOK, as_version=4)
     source = jupytext.read(SOURCE)
     assert code_cells(committed) == code_cells(source), \
@@ -37,7 +35,7 @@ def test_the_notebook_runs_on_cpu_at_smoke_size(tmp_path, corpus_folder, bpe_cac
     runs test_ladder.py and test_inside_tiny_gpt.py check), so the notebook's cells serve them
     from the row cache, train nothing, and everything after runs on them: the checkpoint
     reopened, the heads drawn, the tiny GPT reopened and probed with the first run's figures."""
-    nbclient = pytest.importorskip("nbclient")
+    nbclient, nbformat = pytest.importorskip("nbclient"), pytest.importorskip("nbformat")
     assert smoke_ladder["full"].code == 0, smoke_ladder["full"].stdout     # else test_ladder.py says why
     assert smoke_tiny_gpt["code"] == 0, smoke_tiny_gpt["stdout"]          # else test_inside_tiny_gpt.py says why
     # The notebook's own folder, as Jupyter, VS Code and Colab start the kernel: a module there

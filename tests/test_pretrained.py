@@ -13,7 +13,12 @@ from attention_jax.generate import generate
 from attention_jax.inspect import count_params
 
 torch = pytest.importorskip("torch")
-transformers = pytest.importorskip("transformers")
+
+
+def hf():
+    """transformers, imported by the tests that use it, not when the file is collected: every xdist
+    worker collects every file, and the import costs seconds."""
+    return pytest.importorskip("transformers")
 
 SHAPES = {   # several layers and heads, a vocabulary no multiple of 64, exact GELU, an untied output
     "one_layer": dict(vocab_size=97, n_positions=32, n_embd=32, n_layer=1, n_head=2),
@@ -24,8 +29,8 @@ SHAPES = {   # several layers and heads, a vocabulary no multiple of 64, exact G
 
 def hf_model(shape: str, seed: int = 0):
     torch.manual_seed(seed)
-    config = transformers.GPT2Config(**SHAPES[shape], resid_pdrop=0.0, embd_pdrop=0.0, attn_pdrop=0.0)
-    model = transformers.GPT2LMHeadModel(config).eval()
+    config = hf().GPT2Config(**SHAPES[shape], resid_pdrop=0.0, embd_pdrop=0.0, attn_pdrop=0.0)
+    model = hf().GPT2LMHeadModel(config).eval()
     with torch.no_grad():                    # biases and LayerNorms away from their 0/1 start: every weight counts
         for p in model.parameters():
             p.add_(0.05 * torch.randn_like(p))
@@ -69,7 +74,7 @@ def test_our_model_saved_loads_in_hugging_face_with_the_same_logits(checkpoint, 
     shape, folder, _ = checkpoint
     ours = pretrained.load(folder)
     pretrained.save(ours, tmp_path / "ours")
-    back = transformers.GPT2LMHeadModel.from_pretrained(tmp_path / "ours").eval()
+    back = hf().GPT2LMHeadModel.from_pretrained(tmp_path / "ours").eval()
     ids = np.random.default_rng(2).integers(0, SHAPES[shape]["vocab_size"], (2, 9))
     np.testing.assert_allclose(hf_logits(back, ids), np.asarray(ours(jnp.asarray(ids))), atol=1e-5, rtol=0)
     again = pretrained.load(tmp_path / "ours")

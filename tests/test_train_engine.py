@@ -21,7 +21,6 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 from flax import nnx
-from scipy.special import log_softmax
 
 from attention_jax.data import eval_windows
 from attention_jax.errors import DataError
@@ -73,6 +72,7 @@ def test_cosine_warms_up_then_decays_to_its_floor():
 def by_hand(model, tokens, max_windows=None) -> float:
     model.eval()
     x, y = eval_windows(tokens, T, max_windows=max_windows)
+    from scipy.special import log_softmax   # here, not at the top: every xdist worker collects every file
     logp = log_softmax(np.asarray(forward(model, jnp.asarray(x)), np.float64), axis=-1)
     nll = -np.take_along_axis(logp, y[..., None], axis=-1)
     return float(np.exp(nll.mean()))
