@@ -20,6 +20,7 @@ def hf():
     worker collects every file, and the import costs seconds."""
     return pytest.importorskip("transformers")
 
+
 SHAPES = {   # several layers and heads, a vocabulary no multiple of 64, exact GELU, an untied output
     "one_layer": dict(vocab_size=97, n_positions=32, n_embd=32, n_layer=1, n_head=2),
     "three_layers": dict(vocab_size=131, n_positions=40, n_embd=48, n_layer=3, n_head=4, activation_function="gelu"),
