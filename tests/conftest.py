@@ -45,6 +45,8 @@ TEST_XLA_FLAGS = "--xla_backend_optimization_level=0 --xla_cpu_use_fusion_emitte
 
 
 def pytest_configure(config):
+    if not _controller(config):
+        gc.disable()        # until the test files are collected: the garbage collector's note below
     root = os.environ.get("ATTENTION_JAX_CACHE") or os.path.join(tempfile.gettempdir(), "attention_jax-tests")
     os.environ.setdefault("JAX_COMPILATION_CACHE_DIR", os.path.join(os.path.abspath(root), "jax-compilation"))
     os.environ.setdefault("JAX_PERSISTENT_CACHE_MIN_COMPILE_TIME_SECS", "0")
@@ -55,8 +57,6 @@ def pytest_configure(config):
     # variables above when it is imported. Not importing it here spares xdist's controller, which
     # runs no test, the 1.5 s import before it starts the workers. XLA reads XLA_FLAGS when the
     # backend starts, after this.
-    if not _controller(config):
-        gc.disable()                      # until collection ends (pytest_collection_finish)
     if "jax" in sys.modules:
         import jax
         jax.config.update("jax_compilation_cache_dir", os.environ["JAX_COMPILATION_CACHE_DIR"])

@@ -30,8 +30,9 @@ SHAPES = {   # several layers and heads, a vocabulary no multiple of 64, exact G
 
 def hf_model(shape: str, seed: int = 0):
     torch.manual_seed(seed)
-    config = hf().GPT2Config(**SHAPES[shape], resid_pdrop=0.0, embd_pdrop=0.0, attn_pdrop=0.0)
-    model = hf().GPT2LMHeadModel(config).eval()
+    transformers = hf()
+    config = transformers.GPT2Config(**SHAPES[shape], resid_pdrop=0.0, embd_pdrop=0.0, attn_pdrop=0.0)
+    model = transformers.GPT2LMHeadModel(config).eval()
     with torch.no_grad():                    # biases and LayerNorms away from their 0/1 start: every weight counts
         for p in model.parameters():
             p.add_(0.05 * torch.randn_like(p))
