@@ -217,11 +217,11 @@ def test_ablation_claims_pass_and_fail():
 
 @pytest.mark.slow
 def test_sqrt_d_random_is_the_scaling_sweep_at_the_lectures_sizes(runs):
-    # The smoke run's own sweep (200 random rows per d_k), not a second one.
+    # The smoke run's own sweep (50 random rows per d_k), not a second one.
     from experiments import scaling
     rows = runs[1][2]["sqrt_d_random"]
     assert [r["d_k"] for r in rows] == list(scaling.WIDTHS)
-    assert runs[1][2]["config"]["sqrt_d"]["rows"] == 200                 # constants.SQRT_D_ROWS["smoke"]
+    assert runs[1][2]["config"]["sqrt_d"]["rows"] == 50                  # constants.SQRT_D_ROWS["smoke"]
     assert runs[1][2]["config"]["sqrt_d"]["pairs"] == 2_000              # constants.SQRT_D_PAIRS["smoke"]
     for r in rows:
         assert abs(r["std"] / r["sqrt_d"] - 1) < 0.05

@@ -96,31 +96,32 @@ def test_every_claim_reports_per_seed_verdicts(run):
 @pytest.mark.slow
 def test_init_grad_norms_equal_a_hand_computation():
     """Each block's gradient norm at init (the Engine's block_grad_norm, vmapped over two seeds)
-    equals the norm of grads["blocks"][i] from nnx.grad of the mean cross-entropy."""
-    for norm in ("pre", "post"):
-        cfg = ModelConfig(vocab_size=64, context=16, d_model=32, n_heads=2, n_layers=3, norm=norm)
-        rng = np.random.default_rng(0)
-        batches = [{"x": rng.integers(0, 64, (4, 16)).astype(np.int32),
-                    "y": rng.integers(0, 64, (4, 16)).astype(np.int32)} for _ in range(2)]
-        seeds = [0, 3]
-        ours = norms.init_grad_norms(cfg, batches, seeds)
-        assert ours.shape == (2, 2, 3)
+    equals the norm of grads["blocks"][i] from nnx.grad of the mean cross-entropy. Post-norm only:
+    the measurement does not look at the norm's place, and the metric itself is checked against a
+    hand computation for the default (pre-norm) block in test_train_engine."""
+    cfg = ModelConfig(vocab_size=64, context=16, d_model=32, n_heads=2, n_layers=3, norm="post")
+    rng = np.random.default_rng(0)
+    batches = [{"x": rng.integers(0, 64, (4, 16)).astype(np.int32),
+                "y": rng.integers(0, 64, (4, 16)).astype(np.int32)} for _ in range(2)]
+    seeds = [0, 3]
+    ours = norms.init_grad_norms(cfg, batches, seeds)
+    assert ours.shape == (2, 2, 3)
 
-        def loss(m, x, y):
-            logp = jax.nn.log_softmax(m(x), axis=-1)
-            return -jnp.take_along_axis(logp, y[..., None], axis=-1).mean()
+    def loss(m, x, y):
+        logp = jax.nn.log_softmax(m(x), axis=-1)
+        return -jnp.take_along_axis(logp, y[..., None], axis=-1).mean()
 
-        grad = nnx.jit(nnx.grad(loss))
-        for i, seed in enumerate(seeds):
-            model = LanguageModel(cfg, rngs=nnx.Rngs(jax.random.key(seed)))
-            for j, b in enumerate(batches):
-                grads = jax.device_get(grad(model, jnp.asarray(b["x"]), jnp.asarray(b["y"])))   # summed in NumPy:
-                hand = [math.sqrt(sum(float(np.sum(np.square(g, dtype=np.float64)))     # no eager XLA op per leaf
-                                      for g in jax.tree.leaves(grads["blocks"][k]))) for k in range(3)]
-                np.testing.assert_allclose(ours[i, j], hand, rtol=1e-4)
-        assert len({round(float(v), 6) for v in ours[0, 0]}) == 3      # three different blocks
-        rec = norms.init_record(norm, ours)
-        assert rec["ratio_seeds"] == pytest.approx(list(ours.mean(axis=1)[:, -1] / ours.mean(axis=1)[:, 0]))
+    grad = nnx.jit(nnx.grad(loss))
+    for i, seed in enumerate(seeds):
+        model = LanguageModel(cfg, rngs=nnx.Rngs(jax.random.key(seed)))
+        for j, b in enumerate(batches):
+            grads = jax.device_get(grad(model, jnp.asarray(b["x"]), jnp.asarray(b["y"])))   # summed in NumPy:
+            hand = [math.sqrt(sum(float(np.sum(np.square(g, dtype=np.float64)))         # no eager XLA op per leaf
+                                  for g in jax.tree.leaves(grads["blocks"][k]))) for k in range(3)]
+            np.testing.assert_allclose(ours[i, j], hand, rtol=1e-4)
+    assert len({round(float(v), 6) for v in ours[0, 0]}) == 3      # three different blocks
+    rec = norms.init_record("post", ours)
+    assert rec["ratio_seeds"] == pytest.approx(list(ours.mean(axis=1)[:, -1] / ours.mean(axis=1)[:, 0]))
 
 
 def _rows(pre, pre_w, post, post_w):

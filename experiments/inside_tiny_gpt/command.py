@@ -13,7 +13,8 @@ from experiments.inside_tiny_gpt.anatomy import demo_params, forward_check, resi
 from experiments.inside_tiny_gpt.attention import (
     ascii_heatmap, attention_demo, heatmap_figure, sqrt_d_random, sqrt_d_trained)
 from experiments.inside_tiny_gpt.constants import (
-    CONFIG, LECTURE, RAW_FORWARD_RTOL, REVIEW, ROW, SHADES, SQRT_D_KEYS, SQRT_D_PAIRS, SQRT_D_ROWS, SQRT_D_SEED)
+    CONFIG, LECTURE, RAW_FORWARD_RTOL, REVIEW, ROW, SHADES, SQRT_D_KEYS, SQRT_D_PAIRS, SQRT_D_ROWS, SQRT_D_SEED,
+    VAL_WINDOWS)
 from experiments.inside_tiny_gpt.evaluate import greedy_accuracy
 from experiments.inside_tiny_gpt.figures import ablation_figure, residual_figure, sqrt_d_figure, training_figure
 from experiments.inside_tiny_gpt.world import identity, make_task, world_data
@@ -41,8 +42,9 @@ def run(ctx) -> Result:
         raise ConfigError(f"--world-seed {args.world_seed} must be a non-negative integer")
     config = ctx.model(CONFIG)
     world, tok, train_ids, val_ids = world_data(args.world_seed)
-    ident = identity(world, args.world_seed)
-    task = make_task(world, tok, train_ids, val_ids, tc, config.context, ident)
+    val_windows = VAL_WINDOWS.get(ctx.preset)
+    ident = identity(world, args.world_seed, val_windows)
+    task = make_task(world, tok, train_ids, val_ids, tc, config.context, ident, val_windows)
     budget = (f"{ctx.preset} preset: {tc.steps} steps x batch {tc.batch_size} x {CONFIG.context} chars, "
               f"lr {tc.lr:g} ({tc.schedule}), {len(seeds)} seed(s)")
     print(f"world (seed {args.world_seed}): {len(world.people)} people in {len(world.cities)} cities, "
@@ -180,7 +182,7 @@ def run(ctx) -> Result:
     figures["sqrt_d.png"] = sqrt_d_figure(rand, real, f"why scores are divided by √d ({ctx.preset} preset)")
 
     # demo 6: ablations
-    vx, vy = eval_windows(val_ids, CONFIG.context)
+    vx, vy = eval_windows(val_ids, CONFIG.context, max_windows=val_windows)        # the task's own windows
     print(f"\nablations on {len(models)} model(s): {len(ablation_list(CONFIG))} each ...", flush=True)
     abl = run_ablations(models, tok, world, vx, vy)
     for r in abl:

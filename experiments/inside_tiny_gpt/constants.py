@@ -19,10 +19,14 @@ PRESETS = {
     "smoke": TrainConfig(steps=12, batch_size=8, lr=3e-3, checkpoint_every=12, log_every=6,
                          train_eval_windows=16, eval_batch=128),
 }
-SQRT_D_ROWS = {"smoke": 200, "cpu": 2000, "paper": 2000}   # random query rows per d_k (the lecture: 2000)
+SQRT_D_ROWS = {"smoke": 50, "cpu": 2000, "paper": 2000}    # random query rows per d_k (the lecture: 2000)
 # Random q·k pairs for the std column: experiments.scaling's 20,000 except at smoke, whose figures
 # mean nothing (drawing 2 x 20,000 x 1024 normals was most of a smoke run's sweep).
 SQRT_D_PAIRS = {"smoke": 2_000}
+# Validation windows (96 chars each) the engine and every ablation score: all 97 of the world's
+# validation text, except at smoke (its figures mean nothing; 15 ablations x 97 windows was a
+# fifth of a smoke run at XLA's optimisation level 0, the suite's).
+VAL_WINDOWS = {"smoke": 16}
 SQRT_D_KEYS, SQRT_D_SEED = 96, 4                           # keys per random row, the sweep's seed
 RAW_FORWARD_RTOL = 1e-6                                     # raw forward vs module, relative to max |logit|
 SHADES = " .:-=+*#%@"                                       # the lecture's ten levels, 0.1 apart

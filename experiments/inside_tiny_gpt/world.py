@@ -20,12 +20,13 @@ def world_data(world_seed: int = 0):
     return world, tok, tok.encode(world.train_text), tok.encode(world.val_text)
 
 
-def identity(world, world_seed: int) -> dict:
-    """What the row was trained on: a changed spec, seed, alphabet or generator retrains it."""
+def identity(world, world_seed: int, val_windows: int | None = None) -> dict:
+    """What the row was trained and scored on: a changed spec, seed, alphabet, generator or
+    number of validation windows retrains it (all windows, the default, adds no key)."""
     from attention_jax.data import tiny_world as tw
     text = hashlib.sha256((world.train_text + "\0" + world.val_text).encode()).hexdigest()[:16]
     return {"data": "tiny_world", "spec": dataclasses.asdict(tw.WorldSpec()), "world_seed": world_seed,
-            "alphabet": tw.ALPHABET, "text_sha256": text}
+            "alphabet": tw.ALPHABET, "text_sha256": text, **({"val_windows": val_windows} if val_windows else {})}
 
 
 def bits(total, count):
@@ -33,13 +34,15 @@ def bits(total, count):
     return np.asarray(total, np.float64) / np.asarray(count, np.float64) / math.log(2)
 
 
-def make_task(world, tok, train_ids, val_ids, tc: TrainConfig, context: int, ident: dict):
-    """Random `context`-char windows from (seed, step); validation bits/char and fact accuracy."""
+def make_task(world, tok, train_ids, val_ids, tc: TrainConfig, context: int, ident: dict,
+              val_windows: int | None = None):
+    """Random `context`-char windows from (seed, step); validation bits/char (on `val_windows`
+    evenly spaced windows, all by default) and fact accuracy."""
     import numpy as np
     from attention_jax.data import eval_windows, get_batch
     from attention_jax.data import tiny_world as tw
     from attention_jax.train import Task
-    vx, vy = eval_windows(val_ids, context)
+    vx, vy = eval_windows(val_ids, context, max_windows=val_windows)
     tx, ty = eval_windows(train_ids, context, max_windows=tc.train_eval_windows)
     fx, fy, fw = tw.fact_batch(tok, world)
 
