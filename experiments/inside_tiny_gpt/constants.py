@@ -24,8 +24,8 @@ SQRT_D_ROWS = {"smoke": 50, "cpu": 2000, "paper": 2000}    # random query rows p
 # mean nothing (drawing 2 x 20,000 x 1024 normals was most of a smoke run's sweep).
 SQRT_D_PAIRS = {"smoke": 2_000}
 # Validation windows (96 chars each) the engine and every ablation score: all 97 of the world's
-# validation text, except at smoke (its figures mean nothing; 15 ablations x 97 windows was a
-# fifth of a smoke run at XLA's optimisation level 0, the suite's).
+# validation text, except at smoke, whose figures mean nothing (15 ablations x 97 windows were a
+# fifth of a smoke rerun at the suite's XLA -O0).
 VAL_WINDOWS = {"smoke": 16}
 SQRT_D_KEYS, SQRT_D_SEED = 96, 4                           # keys per random row, the sweep's seed
 RAW_FORWARD_RTOL = 1e-6                                     # raw forward vs module, relative to max |logit|
