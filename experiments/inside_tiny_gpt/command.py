@@ -43,8 +43,9 @@ def run(ctx) -> Result:
     config = ctx.model(CONFIG)
     world, tok, train_ids, val_ids = world_data(args.world_seed)
     val_windows = VAL_WINDOWS.get(ctx.preset)
+    vx, vy = eval_windows(val_ids, config.context, max_windows=val_windows)   # the task's and the ablations'
     ident = identity(world, args.world_seed, val_windows)
-    task = make_task(world, tok, train_ids, val_ids, tc, config.context, ident, val_windows)
+    task = make_task(world, tok, train_ids, (vx, vy), tc, config.context, ident)
     budget = (f"{ctx.preset} preset: {tc.steps} steps x batch {tc.batch_size} x {CONFIG.context} chars, "
               f"lr {tc.lr:g} ({tc.schedule}), {len(seeds)} seed(s)")
     print(f"world (seed {args.world_seed}): {len(world.people)} people in {len(world.cities)} cities, "
@@ -182,7 +183,6 @@ def run(ctx) -> Result:
     figures["sqrt_d.png"] = sqrt_d_figure(rand, real, f"why scores are divided by √d ({ctx.preset} preset)")
 
     # demo 6: ablations
-    vx, vy = eval_windows(val_ids, CONFIG.context, max_windows=val_windows)        # the task's own windows
     print(f"\nablations on {len(models)} model(s): {len(ablation_list(CONFIG))} each ...", flush=True)
     abl = run_ablations(models, tok, world, vx, vy)
     for r in abl:

@@ -34,15 +34,14 @@ def bits(total, count):
     return np.asarray(total, np.float64) / np.asarray(count, np.float64) / math.log(2)
 
 
-def make_task(world, tok, train_ids, val_ids, tc: TrainConfig, context: int, ident: dict,
-              val_windows: int | None = None):
-    """Random `context`-char windows from (seed, step); validation bits/char (on `val_windows`
-    evenly spaced windows, all by default) and fact accuracy."""
+def make_task(world, tok, train_ids, val: tuple, tc: TrainConfig, context: int, ident: dict):
+    """Random `context`-char windows from (seed, step); validation bits/char on the windows
+    `val` = (x, y) (the ablations score the same ones) and fact accuracy."""
     import numpy as np
     from attention_jax.data import eval_windows, get_batch
     from attention_jax.data import tiny_world as tw
     from attention_jax.train import Task
-    vx, vy = eval_windows(val_ids, context, max_windows=val_windows)
+    vx, vy = val
     tx, ty = eval_windows(train_ids, context, max_windows=tc.train_eval_windows)
     fx, fy, fw = tw.fact_batch(tok, world)
 
