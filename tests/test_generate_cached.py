@@ -59,12 +59,21 @@ def test_decoding_every_kind_of_block_matches_the_whole_window(change):
     np.testing.assert_allclose(np.asarray(got, np.float32), np.asarray(want, np.float32), atol=tol, rtol=0)
 
 
+# The fast tier (-m "not slow") decodes greedily with RoPE, the one that rotates the cached keys.
 @pytest.mark.parametrize("positions", [pytest.param(k, marks=pytest.mark.slow) if k != "rope" else k for k in KINDS])
-def test_greedy_and_sampled_text_is_the_same_cached_or_not(positions):
+def test_greedy_text_is_the_same_cached_or_not(positions):
     m = model(positions=positions)
     p = prompts(3)
     n = BASE.context - p.shape[1] + 1                    # up to the last position the context holds
     np.testing.assert_array_equal(generate(m, p, n, temperature=0), generate(m, p, n, temperature=0, cache=False))
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("positions", KINDS)
+def test_sampled_text_is_the_same_cached_or_not(positions):
+    m = model(positions=positions)
+    p = prompts(3)
+    n = BASE.context - p.shape[1] + 1
     key = jax.random.key(7)
     np.testing.assert_array_equal(generate(m, p, n, key=key, temperature=0.9, top_k=20),
                                   generate(m, p, n, key=key, temperature=0.9, top_k=20, cache=False))
