@@ -142,6 +142,7 @@ def test_ablations_restore_the_model(small):
 
 
 @pytest.mark.slow
+@pytest.mark.filterwarnings("ignore::attention_jax.inspect.ReferenceSwitch")   # expected: test_inspect.py says why
 def test_data_driven_paths_equal_inspect_ablate(small):
     run = E.compiled()
     x = np.asarray(jax.random.randint(jax.random.key(2), (3, SMALL.context), 0, 44), np.int32)

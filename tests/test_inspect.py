@@ -16,6 +16,11 @@ from attention_jax.inspect import (ablate, capture_attention, count_params, head
                                    param_breakdown, patched, run_with_cache)
 from attention_jax.model import Block, LanguageModel
 
+# Reading scores and weights switches a fast attention form to the reference one, with a notice
+# (test_backends checks it). Expected here; unfiltered it travels to xdist's controller, which
+# imports this package, and so jax, to rebuild it.
+pytestmark = pytest.mark.filterwarnings("ignore::attention_jax.inspect.ReferenceSwitch")
+
 # The chapter's ladder: vocab 1024, d_model 128, each rung adds one thing to the one before.
 RUNG0 = ModelConfig(vocab_size=1024, context=128, d_model=128, mixer="none", positions="none",
                     feed_forward=False, layer_norm=False)
