@@ -40,8 +40,23 @@ def test_init_op_by_op_is_the_compiled_init_bit_for_bit(engine):
     parameters and optimizer state are the bits the compiled program gives, per seed too."""
     for n_seeds, seeds in ((1, [3]), (2, [0, 5])):
         eng = engine(MC, n_seeds)
-        compiled = jax.jit(jax.vmap(eng._init_one) if eng.vmapped else eng._init_one)(eng._keys(seeds))
+        one = eng.programs.init_one
+        compiled = jax.jit(jax.vmap(one) if eng.vmapped else one)(eng._keys(seeds))
         assert_same_state(eng.init(seeds), compiled)
+
+
+def test_engines_of_one_configuration_share_their_compiled_programs():
+    """A second Engine for a configuration this process has trained traces nothing again; one
+    differing only in the loop's bookkeeping shares too, one with another learning rate does not."""
+    first = Engine(MC, TC)
+    first.step(first.init([0]), batch(first))
+    traced = first._step._cache_size()
+    again = Engine(MC, dataclasses.replace(TC, checkpoint_every=7, log_every=3, eval_every=2))
+    state, metrics = again.step(again.init([0]), batch(again))
+    assert again.programs is first.programs and again._step._cache_size() == traced
+    assert np.isfinite(float(metrics["loss"]))
+    other = Engine(MC, dataclasses.replace(TC, lr=TC.lr * 2))
+    assert other.programs is not first.programs and other._step is not first._step
 
 
 def applied_lrs(tc: TrainConfig, n: int) -> list[float]:

@@ -16,6 +16,8 @@ stay on: a few reductions over the gradients.
 """
 from __future__ import annotations
 
+import dataclasses
+import functools
 from typing import Callable
 
 import jax
@@ -66,53 +68,48 @@ def block_grad_norms(grads, n_layers: int) -> jax.Array:
                       for i in range(n_layers)])
 
 
-class Engine:
-    """Compiled init / step / evaluation for one (model, training) configuration and N seeds."""
+class Programs:
+    """The pure functions of one configuration and their compiled forms. Engines of one
+    configuration share one (`programs`): jit keeps its traces per function object, so a second
+    Engine for a configuration already trained in this process traces and compiles nothing."""
 
-    def __init__(self, model_config: ModelConfig, train_config: TrainConfig, *, n_seeds: int = 1,
-                 loss: Callable = token_loss, step_metrics: bool = True):
-        self.model_config, self.train_config, self.n_seeds, self.loss = model_config, train_config, n_seeds, loss
-        self.step_metrics = step_metrics   # False: the step returns the loss alone (the benchmark's baseline)
+    def __init__(self, model_config: ModelConfig, train_config: TrainConfig, n_seeds: int, loss: Callable,
+                 step_metrics: bool, devices: tuple):
+        self.model_config, self.loss, self.step_metrics = model_config, loss, step_metrics
         self.tx = make_optimizer(train_config)
         self.schedule = lr_schedule(train_config)
-        self.graphdef, _ = nnx.split(nnx.eval_shape(lambda: self._build(jax.random.key(0))))
+        self.graphdef, _ = nnx.split(nnx.eval_shape(lambda: self.build(jax.random.key(0))))
         self.vmapped = n_seeds > 1
         over_seeds = (lambda f, **kw: jax.vmap(f, **kw)) if self.vmapped else (lambda f, **kw: f)
-
-        devices = jax.devices()
         # Auto axes: the batch is laid out over devices and XLA propagates the rest (the
         # embedding gather included); explicit axes would demand sharding rules per op.
-        self.mesh = (jax.make_mesh((len(devices),), ("data",), axis_types=(jax.sharding.AxisType.Auto,))
-                     if len(devices) > 1 else None)
-        if self.mesh is not None and train_config.batch_size % len(devices):
-            raise ConfigError(f"batch_size={train_config.batch_size} does not split over {len(devices)} "
-                              "devices; use a multiple of the device count")
+        self.mesh = (jax.make_mesh((len(devices),), ("data",), axis_types=(jax.sharding.AxisType.Auto,),
+                                   devices=devices) if len(devices) > 1 else None)
         replicated = None if self.mesh is None else NamedSharding(self.mesh, P())
         # On one device the initialisation runs op by op: compiling it costs about what the step
         # does, while each random draw compiles once per shape for every later row too (the same
         # bits: a test). Over a mesh it is compiled, so every process lays the state out alike.
-        init = over_seeds(self._init_one)
-        self._init = init if self.mesh is None else jax.jit(init, out_shardings=replicated)
-        self._step = jax.jit(over_seeds(self._step_one), donate_argnums=0)
+        init = over_seeds(self.init_one)
+        self.init = init if self.mesh is None else jax.jit(init, out_shardings=replicated)
+        self.step = jax.jit(over_seeds(self.step_one), donate_argnums=0)
         # K steps in one call, a scan over the batches' leading step axis: on a GPU/TPU a small
         # model's step takes less time than Python needs to launch it (`fit`'s steps_per_call).
-        self._steps = jax.jit(lambda state, batches: jax.lax.scan(over_seeds(self._step_one), state, batches),
-                              donate_argnums=0)
+        self.steps = jax.jit(lambda state, batches: jax.lax.scan(over_seeds(self.step_one), state, batches),
+                             donate_argnums=0)
         # Evaluation windows are split over the devices like a batch (each device scores its
         # share); the per-window sums and logits come back whole, so every process reads them all.
         whole = {} if self.mesh is None else {"out_shardings": replicated}
-        self._nll = jax.jit(over_seeds(self._nll_one, in_axes=(0, None, None, None)), **whole)
-        self._logits = jax.jit(over_seeds(self._logits_one, in_axes=(0, None)), **whole)
+        self.nll = jax.jit(over_seeds(self.nll_one, in_axes=(0, None, None, None)), **whole)
+        self.logits = jax.jit(over_seeds(self.logits_one, in_axes=(0, None)), **whole)
 
-    # -- pure functions of the state ----------------------------------------------------
-    def _build(self, key):
+    def build(self, key):
         model = LanguageModel(self.model_config, rngs=nnx.Rngs(key))
         return model, nnx.Optimizer(model, self.tx, wrt=nnx.Param)
 
-    def _init_one(self, key):
-        return nnx.state(self._build(key))
+    def init_one(self, key):
+        return nnx.state(self.build(key))
 
-    def _step_one(self, state, batch):
+    def step_one(self, state, batch):
         model, opt = nnx.merge(self.graphdef, state)
         lr = self.schedule(opt.step[...]) if callable(self.schedule) else jnp.asarray(self.schedule)
         loss, grads = nnx.value_and_grad(lambda m: self.loss(m(batch["x"]), batch["y"], batch.get("weights")))(model)
@@ -123,7 +120,7 @@ class Engine:
                    "block_grad_norm": block_grad_norms(grads, self.model_config.n_layers)}
         return nnx.state((model, opt)), metrics
 
-    def _nll_one(self, state, x, y, weights):
+    def nll_one(self, state, x, y, weights):
         model, _ = nnx.merge(self.graphdef, state)
         model.eval()                                   # dropout off
         ce = cross_entropy(model(x), y)
@@ -131,10 +128,38 @@ class Engine:
             return ce.sum(axis=-1), jnp.full(ce.shape[:-1], ce.shape[-1], jnp.float32)
         return (ce * weights).sum(axis=-1), weights.sum(axis=-1).astype(jnp.float32)   # per window
 
-    def _logits_one(self, state, x):
+    def logits_one(self, state, x):
         model, _ = nnx.merge(self.graphdef, state)
         model.eval()
         return model(x)
+
+
+@functools.lru_cache(maxsize=32)
+def programs(model_config: ModelConfig, train_config: TrainConfig, n_seeds: int, loss: Callable,
+             step_metrics: bool, devices: tuple) -> Programs:
+    return Programs(model_config, train_config, n_seeds, loss, step_metrics, devices)
+
+
+# TrainConfig fields the loop reads and the compiled functions do not: engines differing only
+# in them share their programs.
+_BOOKKEEPING = dict(log_every=1, eval_every=0, checkpoint_every=1, train_eval_windows=1, eval_batch=1)
+
+
+class Engine:
+    """Compiled init / step / evaluation for one (model, training) configuration and N seeds."""
+
+    def __init__(self, model_config: ModelConfig, train_config: TrainConfig, *, n_seeds: int = 1,
+                 loss: Callable = token_loss, step_metrics: bool = True):
+        self.model_config, self.train_config, self.n_seeds, self.loss = model_config, train_config, n_seeds, loss
+        self.step_metrics = step_metrics   # False: the step returns the loss alone (the benchmark's baseline)
+        devices = tuple(jax.devices())
+        if len(devices) > 1 and train_config.batch_size % len(devices):
+            raise ConfigError(f"batch_size={train_config.batch_size} does not split over {len(devices)} "
+                              "devices; use a multiple of the device count")
+        self.programs = p = programs(model_config, dataclasses.replace(train_config, **_BOOKKEEPING), n_seeds, loss, step_metrics,
+                     devices)
+        self.tx, self.schedule, self.graphdef, self.mesh, self.vmapped = p.tx, p.schedule, p.graphdef, p.mesh, p.vmapped
+        self._init, self._step, self._steps, self._nll, self._logits = p.init, p.step, p.steps, p.nll, p.logits
 
     # -- host-side API --------------------------------------------------------------------
     def _keys(self, seeds):
