@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import contextlib
 import fnmatch
+import functools
 import warnings
 from typing import Callable, Iterable, Mapping
 
@@ -29,6 +30,7 @@ from attention_jax.errors import ConfigError
 from attention_jax.model import Bidirectional, Head, Hook, LanguageModel, MultiHeadAttention
 
 
+@functools.lru_cache(maxsize=256)       # a pure function of a frozen config; each count traces the whole model
 def count_params(config: ModelConfig) -> int:
     """Trainable parameters, counted from abstract shapes: GPT-2 small costs no memory."""
     abstract = nnx.eval_shape(lambda: LanguageModel(config, rngs=nnx.Rngs(0)))
