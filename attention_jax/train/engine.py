@@ -156,8 +156,8 @@ class Engine:
         if len(devices) > 1 and train_config.batch_size % len(devices):
             raise ConfigError(f"batch_size={train_config.batch_size} does not split over {len(devices)} "
                               "devices; use a multiple of the device count")
-        self.programs = p = programs(model_config, dataclasses.replace(train_config, **_BOOKKEEPING), n_seeds, loss, step_metrics,
-                     devices)
+        shared = dataclasses.replace(train_config, **_BOOKKEEPING)
+        self.programs = p = programs(model_config, shared, n_seeds, loss, step_metrics, devices)
         self.tx, self.schedule, self.graphdef, self.mesh, self.vmapped = p.tx, p.schedule, p.graphdef, p.mesh, p.vmapped
         self._init, self._step, self._steps, self._nll, self._logits = p.init, p.step, p.steps, p.nll, p.logits
 
