@@ -310,6 +310,6 @@ def private_cache(tmp_path_factory, monkeypatch):
 
 @pytest.fixture(scope="module")
 def engine():
-    """engine(model_config, n_seeds) -> one compiled Engine per pair, shared by the module."""
+    """engine(model_config, n_seeds) -> an Engine on helpers.TC (its compiled programs shared)."""
     from helpers import engines
     return engines()

@@ -33,14 +33,9 @@ VAL = _rng.integers(0, V, 40 * T + 1).astype(np.int32)   # 40 windows: 16 + 16 +
 
 
 def engines():
-    """engine(model_config, n_seeds) -> one compiled Engine per pair, kept by the caller (a module fixture)."""
-    made = {}
-
-    def get(model_config: ModelConfig = MC, n_seeds: int = 1):
-        if (model_config, n_seeds) not in made:
-            made[model_config, n_seeds] = Engine(model_config, TC, n_seeds=n_seeds)
-        return made[model_config, n_seeds]
-    return get
+    """engine(model_config, n_seeds) -> an Engine on the suite's smoke TrainConfig; engines of one
+    configuration share their compiled programs (attention_jax.train.engine.programs)."""
+    return lambda model_config=MC, n_seeds=1: Engine(model_config, TC, n_seeds=n_seeds)
 
 
 def task(tc=TC):

@@ -4,7 +4,7 @@ a plain one, perplexity and NLL by hand, the optimizer's warmup and cosine sched
 outside the vocabulary, and data parallel over two (forced host) devices.
 
 Everything is smoke-sized (helpers: a 1-block model of width 32 on random tokens). Compiling
-is what costs time on a CPU, so the engines are built once per module.
+is what costs time on a CPU; engines of one configuration share their compiled programs.
 """
 
 import contextlib

@@ -3,7 +3,8 @@ steps per call train like one (and resume, and realign off the grid), N seeds by
 diverging run stops with one line and keeps its last good checkpoint.
 
 Everything is smoke-sized (helpers: a 1-block model of width 32 on random tokens). Compiling
-is what costs time on a CPU, so the engines are built once per module and handed to `fit`.
+is what costs time on a CPU; engines of one configuration share their compiled programs, and are
+handed to `fit`.
 """
 
 import dataclasses
