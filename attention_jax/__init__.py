@@ -3,11 +3,11 @@
 `attention_jax.functional` holds the pure functions (masks, scores, softmax, attention,
 positions, norms); `attention_jax.model` composes them into Flax NNX modules driven by
 one `ModelConfig`; `attention_jax.inspect` looks inside them; `attention_jax.train` is
-the training engine every experiment uses; `attention_jax.generate` writes text with a
+the training engine (one compiled step, N seeds at once); `attention_jax.generate` writes text with a
 trained model.
 
-The names below load on first use, so `import attention_jax.config` (and a command
-line's `--help`) does not pay for importing JAX.
+The names below load on first use, so `import attention_jax.config` does not pay for
+importing JAX (a program can parse its settings into configs first).
 """
 import importlib
 

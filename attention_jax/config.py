@@ -1,10 +1,10 @@
 """Two frozen dataclasses: every model the chapter trains, and how it is trained.
 
-A row of an ablation table is a `ModelConfig`, made with `dataclasses.replace(BASE, ...)`;
-no variant needs a class of its own. A preset's budget is a `TrainConfig`. Every
+Every variant the chapter trains is a `ModelConfig`, made with `dataclasses.replace(BASE, ...)`;
+no variant needs a class of its own. A training budget is a `TrainConfig`. Every
 impossible combination is refused at construction with one `ConfigError` (a
 `ValueError`) naming the field and the fix. Nothing here imports JAX, so a command line
-can parse its flags and presets without paying for it.
+can build and check its configs without paying for it.
 """
 from __future__ import annotations
 

@@ -1,15 +1,10 @@
 """The errors a user can cause, each carrying one line that names the problem and the fix.
 
-Command-line entry points catch `UserError` and print its message alone (no traceback),
-then exit with status 2; everything already written to disk stays there.
+Each message speaks of values and of this library's own API (a field, an argument, a
+file), so it reads the same from a notebook as from any program built on it; a program
+with a command line adds its own flag names where it catches them.
 """
 import sys
-import threading
-
-# Set by a command line's SIGINT handler (experiments.harness.cli.catch_interrupts): a
-# KeyboardInterrupt raised while XLA runs a callback of its own is printed as "ignored" and
-# lost, so the training loop also looks here at every step.
-STOP = threading.Event()
 
 
 def hush_unraisable(expected) -> None:
@@ -40,7 +35,7 @@ class UserError(Exception):
 
 
 class ConfigError(UserError, ValueError):
-    """An impossible or unknown model/experiment configuration."""
+    """An impossible or unknown configuration, or an argument outside what it can be."""
 
 
 class DataError(UserError, RuntimeError):
@@ -52,20 +47,20 @@ class CheckpointError(UserError, RuntimeError):
 
 
 class TrainingDiverged(UserError, RuntimeError):
-    """A loss or an evaluation stopped being finite: the row is not finished, and not saved past it."""
+    """A loss or an evaluation stopped being finite: the run is not finished, and not saved past it."""
 
-    def __init__(self, row: str, step: int, what: str, lr: float, *, kept: int | None = None):
-        self.row, self.step = row, step
+    def __init__(self, step: int, what: str, lr: float, *, kept: int | None = None):
+        self.step, self.what, self.lr, self.kept = step, what, lr, kept
         keep = f"its last good checkpoint (step {kept}) is kept" if kept else "no checkpoint of it is kept"
-        super().__init__(f"row {row!r} diverged at step {step}: {what}; the learning rate (lr={lr:g}) is the "
-                         f"likely cause: lower it with --lr; {keep} and nothing was recorded as finished")
+        super().__init__(f"training diverged at step {step}: {what}; the learning rate (TrainConfig.lr={lr:g}) "
+                         f"is the likely cause: lower it; {keep}")
 
 
 class Preempted(KeyboardInterrupt):
     """The machines are being taken back (a preemption notice, through JAX's distributed runtime):
-    every process saved the same step and stopped; the same command resumes from it."""
+    every process saved the same step and stopped; `fit` on the same workdir resumes from it."""
 
     def __init__(self, step: int):
         self.step = step
-        super().__init__(f"preempted: every process saved step {step} and stopped; rerun the same command "
-                         "to continue from it")
+        super().__init__(f"preempted: every process saved step {step} and stopped; train again into the same "
+                         "workdir to continue from it")

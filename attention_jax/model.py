@@ -4,7 +4,7 @@ Reading order follows the architecture: the context mixers (uniform average, one
 several heads), the position-wise feed-forward network, the block that wires them with
 residuals and LayerNorm, and the model around it; the parts they are made of (Dense,
 LayerNorm, hooks, the mask) are in `attention_jax.layers`. Every variant comes from `ModelConfig`; nothing here
-branches on a ladder row's name.
+branches on which variant of the chapter it is.
 
 Inspection never edits this code and adds nothing to a training step: each named
 intermediate passes through a `Hook`, an identity module, which `attention_jax.inspect`

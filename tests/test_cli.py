@@ -124,7 +124,7 @@ def test_an_interrupt_python_must_ignore_prints_no_traceback():
     """Ctrl-C landing in a weakref callback (garbage collection) is kept by the STOP note, not printed."""
     code = """
 import weakref
-from attention_jax.errors import STOP
+from experiments.harness.cli import STOP
 from experiments.harness import cli
 cli.catch_interrupts()
 class Thing: pass

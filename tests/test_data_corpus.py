@@ -34,7 +34,7 @@ def isolated(tmp_path, monkeypatch):
 def assert_three_ways(err: DataError, cache_path: pathlib.Path) -> None:
     message = str(err)
     assert "\n" not in message  # one line: the CLI prints it alone
-    assert "--data PATH" in message and "ATTENTION_JAX_DATA=FOLDER" in message
+    assert "pass its path to resolve_corpus" in message and "ATTENTION_JAX_DATA=FOLDER" in message
     assert str(cache_path) in message
 
 

@@ -47,7 +47,7 @@ def test_a_file_that_cannot_be_a_corpus_is_one_line_naming_it(tmp_path, content,
     with pytest.raises(DataError) as info:
         check_text_file(path)
     message = str(info.value)
-    assert message.startswith(f"--corpus {path}: {expect}") and "\n" not in message, message
+    assert message.startswith(f"{path}: {expect}") and "\n" not in message, message
 
 
 def test_a_byte_past_the_sniffed_head_that_is_not_utf8_is_still_refused(tmp_path, monkeypatch):

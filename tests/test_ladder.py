@@ -136,6 +136,15 @@ def test_user_errors_are_one_line_and_exit_2(tmp_path, capsys, args, start):
     assert not (tmp_path / "out").exists()     # nothing was started, so nothing was written
 
 
+def test_a_corpus_error_names_the_flag_that_gave_the_path(tmp_path, capsys):
+    """The library's messages name no flag; the command line puts its own in (--data, --corpus)."""
+    assert ladder.main([*SMOKE, "--data", "/nonexistent", "--out", str(tmp_path)]) == 2
+    assert "pass --data PATH" in capsys.readouterr().err
+    missing = tmp_path / "mine.txt"
+    assert ladder.main([*SMOKE, "--corpus", str(missing), "--out", str(tmp_path)]) == 2
+    assert capsys.readouterr().err.startswith(f"error: --corpus {missing}: no such file")
+
+
 @pytest.mark.slow
 def test_a_learning_rate_that_diverges_stops_the_row_in_one_line_and_caches_nothing(tmp_path, capsys):
     args = [*SMOKE, "--rows", "no_context", "--lr", "1e9", "--out", str(tmp_path)]

@@ -54,3 +54,20 @@ def test_every_library_module_has_a_test_file_of_its_own():
         expected[p.relative_to(ROOT).as_posix()] = "test_" + "_".join(parts) + ".py"
     missing = {src: test for src, test in expected.items() if not (ROOT / "tests" / test).is_file()}
     assert missing == {}
+
+
+def _strings(path: pathlib.Path):
+    """(line, text) of every string constant in a file, docstrings included."""
+    for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+        if isinstance(node, ast.Constant) and isinstance(node.value, str):
+            yield node.lineno, node.value
+
+
+def test_no_library_string_names_a_command_line_flag():
+    """The library speaks of values and its own API; the lab adds its flags where it catches an error."""
+    import re
+    flag = re.compile(r"(?<![\w-])--[a-z][a-z0-9-]+")
+    found = {f"{p.relative_to(ROOT).as_posix()}:{line}": flag.findall(text)
+             for p in SOURCES for line, text in _strings(p) if flag.search(text)}
+    assert found == {}
+

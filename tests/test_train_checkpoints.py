@@ -62,7 +62,7 @@ def test_checkpoint_of_another_configuration_is_refused(tmp_path, engine):
             run(mc, tc, seeds=seeds, workdir=work)
         message = one_line(info.value)
         assert folder in message and "another configuration" in message
-        assert "delete that folder or choose another --out" in message
+        assert "delete that folder, or train this one into another workdir" in message
     # The refused runs left the checkpoint and its fingerprint as they were.
     assert run(engine=engine(), workdir=work).final == first.final
     # Without a fingerprint, each step still names the run that saved it: another model's run sets

@@ -216,7 +216,7 @@ def test_a_preemption_notice_saves_one_agreed_step_on_every_process_and_stops(tm
     step = got[0]["preempted"]
     assert step is not None and got[1]["preempted"] == step, got       # one step, agreed by both
     assert 10 < step < 64 and step % 4 == 0    # after the notice (it arrives when it arrives), at a call's end
-    assert step in got[0]["saved"] and "rerun the same command" in got[0]["message"]
+    assert step in got[0]["saved"] and "into the same workdir" in got[0]["message"]
     assert got[0]["resumed_from"] == got[1]["resumed_from"] == step
     assert got[0]["final"] == got[1]["final"]
 

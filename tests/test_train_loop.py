@@ -257,7 +257,7 @@ def test_a_diverging_run_stops_with_one_line_and_keeps_its_last_good_checkpoint(
     with pytest.raises(TrainingDiverged) as info:
         run(MC, tc, workdir=tmp_path / "run")
     message = one_line(info.value)
-    assert "diverged at step" in message and "lr=1e+09" in message and "--lr" in message
+    assert "diverged at step" in message and "lr=1e+09" in message and "--" not in message   # no command line's flag
     step = info.value.step
     saved = sorted(int(p.name) for p in (tmp_path / "run" / "checkpoints").iterdir() if p.name.isdigit())
     assert saved and max(saved) < step                     # nothing at or past the bad step was saved
@@ -314,3 +314,22 @@ def test_a_finished_run_reopened_keeps_every_step_and_edited_metrics_retrain_it(
     redone = run(workdir=tmp_path)
     assert redone.resumed_from == 0 and "changed since step" in capsys.readouterr().err
     assert redone.train_log[0]["loss"] == first.train_log[0]["loss"] != [0.001]
+
+
+def test_a_stop_event_the_caller_owns_ends_the_run_at_its_next_step_keeping_it(tmp_path):
+    """`fit(stop=event)`: set from elsewhere (a signal handler, say) while step 5 is made, the loop
+    stops before step 6 as on Ctrl-C, and keeps step 5's checkpoint; the same call resumes there."""
+    import threading
+    from helpers import task
+    stop, base = threading.Event(), task()
+
+    def sample(seed, step):
+        if step == 4:
+            stop.set()
+        return base.sample(seed, step)
+
+    with pytest.raises(KeyboardInterrupt):
+        loop.fit(Engine(MC, TC), dataclasses.replace(base, sample=sample), workdir=tmp_path, progress=False, stop=stop)
+    assert sorted(int(p.name) for p in (tmp_path / "checkpoints").iterdir() if p.name.isdigit()) == [3, 5]
+    stop.clear()
+    assert loop.fit(Engine(MC, TC), base, workdir=tmp_path, progress=False, stop=stop).resumed_from == 5

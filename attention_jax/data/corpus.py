@@ -84,10 +84,14 @@ def sha256_file(path: pathlib.Path) -> str:
     return digest.hexdigest()
 
 
+# How a caller hands the corpus over; a command line puts its own flag in these words' place.
+GIVE_PATH = "pass its path to resolve_corpus"
+
+
 def _ways() -> str:
     """The three ways to supply the corpus, naming the exact cache path to drop it at."""
     return (
-        f"pass --data PATH, set {DATA_ENV}=FOLDER (a folder holding {CORPUS_NAME}), "
+        f"{GIVE_PATH}, set {DATA_ENV}=FOLDER (a folder holding {CORPUS_NAME}), "
         f"or place it at {cache_location() / CORPUS_NAME}"
     )
 

@@ -1,8 +1,8 @@
 """Your own text as a corpus: any UTF-8 file, checked before a BPE is trained on it.
 
-`--corpus PATH` trains a table on another text than tiny-shakespeare. The file gets its
-own byte-level BPE (cached by the file's sha256, like the default corpus's), and the
-results name it, so no figure is ever compared with the book's by mistake. A file that
+Any text can stand in for tiny-shakespeare. The file gets its own byte-level BPE (cached
+by the file's sha256, like the default corpus's), and `CorpusInfo` names it, so no figure
+is ever compared with the book's by mistake. A file that
 cannot make a corpus (missing, empty, binary, not UTF-8) is refused here with one line.
 """
 from __future__ import annotations
@@ -27,7 +27,8 @@ class CorpusInfo:
         return "tiny-shakespeare" if self.default else self.path.name
 
     def identity(self) -> dict:
-        """What a row trained on, for its cache key: nothing for the default corpus (its keys predate this)."""
+        """What a run trained on, for its fingerprint: nothing for the default corpus (fingerprints made before
+        other texts could be given stay what they were)."""
         return {} if self.default else {"corpus": self.name, "sha256": self.sha256}
 
 
@@ -37,21 +38,21 @@ def check_text_file(path) -> CorpusInfo:
     if not p.is_file():
         what = ("a folder, not a file" if p.is_dir() else "not a regular file (a pipe, device or socket)"
                 if p.exists() else "no such file")
-        raise DataError(f"--corpus {path}: {what}; give the path of a UTF-8 text file")
+        raise DataError(f"{path}: {what}; give the path of a UTF-8 text file")
     try:
         size = p.stat().st_size
         with open(p, "rb") as f:
             head = f.read(SNIFF_BYTES)
         if size == 0:
-            raise DataError(f"--corpus {path}: the file is empty; give a text of at least a few thousand words")
+            raise DataError(f"{path}: the file is empty; give a text of at least a few thousand words")
         if b"\x00" in head:
-            raise DataError(f"--corpus {path}: this looks like a binary file (it holds NUL bytes); "
+            raise DataError(f"{path}: this looks like a binary file (it holds NUL bytes); "
                             "give a plain UTF-8 text file")
         p.read_text(encoding="utf-8")
     except UnicodeDecodeError as e:
-        raise DataError(f"--corpus {path}: not UTF-8 text (byte {e.start} cannot be decoded); "
+        raise DataError(f"{path}: not UTF-8 text (byte {e.start} cannot be decoded); "
                         "convert it, e.g. iconv -t UTF-8") from None
     except OSError as e:
-        raise DataError(f"--corpus {path}: cannot read it ({' '.join(str(e.strerror or e).split())})") from None
+        raise DataError(f"{path}: cannot read it ({' '.join(str(e.strerror or e).split())})") from None
     digest = sha256_file(p)
     return CorpusInfo(p.absolute(), digest, digest == CORPUS_SHA256)

@@ -1,7 +1,7 @@
 """GPT-2-style byte-level BPE trained on the corpus, with an on-disk cache of the ids.
 
 Training takes seconds and encoding a megabyte takes about as long again; every
-experiment needs the same ids, so both are done once per (corpus, vocab) and kept.
+run on a corpus needs the same ids, so both are done once per (corpus, vocab) and kept.
 The cache folder is keyed by the corpus hash, so an edited corpus can never be served
 stale ids, and every write is temp-file + os.replace so a killed run leaves either the
 old file or the new one, never half of one. A manifest records each file's sha256 as

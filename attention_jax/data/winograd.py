@@ -25,7 +25,7 @@ are nouns (its attention printout). What it does not, and is chosen here:
     27.9% and names the other noun 50% of the time, so 22% of its answers are neither
     noun, which a two-way choice could not show.
 
-Words are data (`WinogradSpec`); `load_spec` reads the `--nouns` / `--adjectives` files.
+Words are data (`WinogradSpec`); `load_spec` reads word lists from files.
 This module is pure numpy so it is cheap to test and import.
 """
 

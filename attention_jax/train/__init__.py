@@ -1,4 +1,4 @@
-"""The training engine every experiment uses, and the loop around it.
+"""The training engine and the loop around it.
 
 `engine`: the compiled init / step / evaluation of one (model, training) configuration
 for one or N seeds; `loop`: `fit`, which trains with progress, metrics, checkpoints and

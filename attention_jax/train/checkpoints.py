@@ -33,7 +33,7 @@ KEEP = 2   # the latest step and one to fall back to
 
 
 def fingerprint(model_config, train_config, seeds, task_identity=None) -> dict:
-    """What made a run: its checkpoints resume only under the same one (and a row's cache key is built on it)."""
+    """What made a run: its checkpoints resume only under the same one."""
     return {"model": model_config.to_dict(), "train": dataclasses.asdict(train_config), "seeds": [int(s) for s in seeds],
             **({"task": dict(task_identity)} if task_identity else {})}
 
@@ -94,7 +94,7 @@ class Checkpoints:
                 resume = False
             elif stored != fingerprint:
                 raise CheckpointError(f"the checkpoint in {self.dir} was made by another configuration; "
-                                      "delete that folder or choose another --out")
+                                      "delete that folder, or train this one into another workdir")
         if is_writer():       # process 0 changes the files; the others wait for it below
             if not resume and self.dir.exists():
                 shutil.rmtree(self.dir)
@@ -212,7 +212,7 @@ class Checkpoints:
             if full is None:
                 raise
             raise CheckpointError(f"the disk is full: checkpoint step {step} could not be written to {self.dir} "
-                                  f"({full}); free some space and rerun the same command (finished rows are kept)"
+                                  f"({full}); free some space and train again: the run resumes from its last checkpoint"
                                   ) from None
         if saved and is_writer():
             self.sums = {k: v for k, v in self.sums.items() if int(k) in self.manager.all_steps()}

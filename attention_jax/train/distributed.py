@@ -7,10 +7,10 @@ devices hold; the parameters are replicated, so any process can read them back. 
 process 0 writes files (results, logs, checksums); orbax saves and restores checkpoints
 with every process taking part.
 
-    python -m experiments.ladder --coordinator 10.0.0.1:1234 --num-processes 2 --process-id 0   # host 0
-    python -m experiments.ladder --coordinator 10.0.0.1:1234 --num-processes 2 --process-id 1   # host 1
+    initialize("10.0.0.1:1234", num_processes=2, process_id=0)   # on host 0, before any JAX computation
+    initialize("10.0.0.1:1234", num_processes=2, process_id=1)   # on host 1
 
-On a Cloud TPU pod slice or under SLURM/Open MPI, `--distributed` lets JAX find all three.
+On a Cloud TPU pod slice or under SLURM/Open MPI, `initialize(auto=True)` lets JAX find all three.
 """
 from __future__ import annotations
 
@@ -54,7 +54,7 @@ def _wait_for(address: str, timeout: float) -> None:
         except OSError as e:
             if time.monotonic() >= deadline:
                 raise ConfigError(f"no coordinator answered at {address} within {timeout:g} s ({e.strerror or e}); "
-                                  "start process 0 there first, or check --coordinator") from None
+                                  "start process 0 there first, or check the address") from None
             time.sleep(0.2)
 
 

@@ -1,4 +1,4 @@
-"""The training engine every experiment uses: one jit-compiled step, written once.
+"""The training engine: one jit-compiled step, written once.
 
 The model and its optimizer live as one `nnx.State` pytree and the step is a pure
 function `state, batch -> state, metrics` that merges, differentiates, updates and
@@ -87,7 +87,7 @@ class Programs:
                                    devices=devices) if len(devices) > 1 else None)
         replicated = None if self.mesh is None else NamedSharding(self.mesh, P())
         # On one device the initialisation runs op by op: compiling it costs about what the step
-        # does, while each random draw compiles once per shape for every later row too (the same
+        # does, while each random draw compiles once per shape for every later engine too (the same
         # bits: a test). Over a mesh it is compiled, so every process lays the state out alike.
         init = over_seeds(self.init_one)
         self.init = init if self.mesh is None else jax.jit(init, out_shardings=replicated)
@@ -162,11 +162,16 @@ class Engine:
         self._init, self._step, self._steps, self._nll, self._logits = p.init, p.step, p.steps, p.nll, p.logits
 
     # -- host-side API --------------------------------------------------------------------
-    def _keys(self, seeds):
-        seeds = list(seeds)
+    def check_seeds(self, seeds) -> list[int]:
+        """The seeds as ints, one per seed this engine was built for (else one line saying how to build it)."""
+        seeds = [int(s) for s in seeds]
         if len(seeds) != self.n_seeds:
             raise ConfigError(f"{len(seeds)} seed(s) for an engine built for {self.n_seeds}; build it with "
                               f"Engine(..., n_seeds={len(seeds) or 1})" + (" and give at least one" if not seeds else ""))
+        return seeds
+
+    def _keys(self, seeds):
+        seeds = self.check_seeds(seeds)
         return jax.vmap(jax.random.key)(jnp.asarray(seeds)) if self.vmapped else jax.random.key(seeds[0])
 
     def init(self, seeds) -> nnx.State:

@@ -19,6 +19,7 @@ import dataclasses
 import json
 import math
 import pathlib
+import threading
 import time
 from typing import Any, Sequence
 
@@ -27,7 +28,7 @@ from tqdm import tqdm as plain_tqdm
 from tqdm.auto import tqdm
 
 from attention_jax.config import TrainConfig
-from attention_jax.errors import STOP, ConfigError, Preempted, TrainingDiverged, note
+from attention_jax.errors import ConfigError, Preempted, TrainingDiverged, note
 from attention_jax.train.checkpoints import Checkpoints, fingerprint
 from attention_jax.train.distributed import is_writer, to_host
 from attention_jax.train.engine import Engine
@@ -79,109 +80,141 @@ def mean_std(values) -> tuple[float, float]:
 
 
 def fit(engine: Engine, task: Task, *, seeds: Sequence[int] = (0,), workdir: str | pathlib.Path | None = None,
-        resume: bool = True, progress: bool = True, desc: str = "train", steps_per_call: int | None = None) -> RunResult:
-    seeds, tc = [int(s) for s in seeds], engine.train_config
-    per_call = choose_steps_per_call(tc, asked=steps_per_call, checkpoints=workdir is not None)
-    if len(seeds) != engine.n_seeds:
-        raise ConfigError(f"{len(seeds)} seed(s) for an engine built for {engine.n_seeds}; "
-                          f"build it with Engine(..., n_seeds={len(seeds)})")
-    workdir = pathlib.Path(workdir) if workdir is not None else None
-    ckpt = None
-    if workdir is not None:
-        ckpt = Checkpoints(workdir, tc.checkpoint_every, fingerprint(engine.model_config, tc, seeds, task.identity),
-                           resume=resume)
-    start, state = ckpt.restore(engine.abstract_state(seeds)) if ckpt else (0, None)
-    metrics_file = workdir / "metrics.jsonl" if workdir is not None else None
-    if start and not ckpt.metrics_intact(metrics_file):      # the curves before it could not be rebuilt
-        note(f"{metrics_file} changed since step {start} was saved; training this run again from the start")
-        ckpt.discard()
-        start, state = 0, None
-    if metrics_file is not None and start == 0 and is_writer():
-        metrics_file.unlink(missing_ok=True)      # a fresh start: the old run's lines are not ours
+        resume: bool = True, progress: bool = True, desc: str = "train", steps_per_call: int | None = None,
+        stop: threading.Event | None = None) -> RunResult:
+    """Train `engine`'s configuration on `task` for `seeds` (one per engine seed) up to its TrainConfig's
+    steps, and score it: a `RunResult`. `workdir`: keep metrics and checkpoints there and resume from
+    them (`resume=False`: start afresh). `stop`: an event the caller owns (a signal handler sets it,
+    say): the loop then stops at its next step as on Ctrl-C, saving what it finished."""
+    per_call = choose_steps_per_call(engine.train_config, asked=steps_per_call, checkpoints=workdir is not None)
+    seeds = engine.check_seeds(seeds)
+    run = _Run(engine, task, seeds, None if workdir is None else pathlib.Path(workdir), resume, stop)
+    shown = progress and is_writer()   # tqdm.auto's notebook bar warns without ipywidgets even when off
+    bar = (tqdm if shown else plain_tqdm)(total=engine.train_config.steps, initial=run.start, desc=desc,
+                                          disable=not shown, dynamic_ncols=True, leave=False)
+    t0 = time.perf_counter()
+    try:
+        run.train(per_call, bar)
+    finally:
+        bar.close()
+    return run.finish(time.perf_counter() - t0, per_call)
 
-    def log(record):   # append-only JSON lines; opened per record so no handle outlives fit
-        if metrics_file is not None and is_writer():
-            with metrics_file.open("a") as f:
+
+class _Run:
+    """One call of `fit`: the state, where it stands, its checkpoints and the metrics logged so far."""
+
+    def __init__(self, engine, task, seeds, workdir, resume, stop):
+        self.engine, self.task, self.seeds, self.tc, self.stop = engine, task, seeds, engine.train_config, stop
+        self.ckpt = None if workdir is None else Checkpoints(
+            workdir, self.tc.checkpoint_every, fingerprint(engine.model_config, self.tc, seeds, task.identity),
+            resume=resume)
+        self.metrics_file = None if workdir is None else workdir / "metrics.jsonl"
+        self.start, state = self.ckpt.restore(engine.abstract_state(seeds)) if self.ckpt else (0, None)
+        if self.start and not self.ckpt.metrics_intact(self.metrics_file):   # the curves could not be rebuilt
+            note(f"{self.metrics_file} changed since step {self.start} was saved; training this run again from "
+                 "the start")
+            self.ckpt.discard()
+            self.start, state = 0, None
+        if self.metrics_file is not None and self.start == 0 and is_writer():
+            self.metrics_file.unlink(missing_ok=True)      # a fresh start: the old run's lines are not ours
+        self.state = engine.init(seeds) if state is None else engine.replicate(state)
+        self.history, self.train_log = read_metrics(self.metrics_file, self.start)
+        self.pending = []   # (first step, steps, metrics) still on the device: fetched together, so no step waits
+        self.done = self.start
+        if self.due(self.start) and self.start not in {h["step"] for h in self.history}:
+            self.log(self.evaluate(self.start))     # interrupted between the step and its evaluation
+
+    def due(self, step: int) -> bool:
+        """Whether an evaluation falls on `step` (the last step's is the final one)."""
+        return bool(self.tc.eval_every and step % self.tc.eval_every == 0 and 0 < step < self.tc.steps)
+
+    def log(self, record: dict) -> None:
+        """Append a JSON line to metrics.jsonl, opened per record so no handle outlives fit."""
+        if self.metrics_file is not None and is_writer():
+            with self.metrics_file.open("a") as f:
                 f.write(json.dumps(record) + "\n")
 
-    def evaluate(step):
-        point = {"step": step, **{k: np.atleast_1d(v).tolist() for k, v in task.evaluate(engine, state).items()}}
+    def evaluate(self, step: int) -> dict:
+        point = {"step": step, **{k: np.atleast_1d(v).tolist()
+                                  for k, v in self.task.evaluate(self.engine, self.state).items()}}
         bad = [k for k, v in point.items() if k != "step" and not np.all(np.isfinite(v))]
         if bad:
-            raise TrainingDiverged(desc, step, f"{bad[0]} is {point[bad[0]]}", tc.lr)
-        history[:] = [h for h in history if h["step"] != step] + [point]
+            raise TrainingDiverged(step, f"{bad[0]} is {point[bad[0]]}", self.tc.lr)
+        self.history[:] = [h for h in self.history if h["step"] != step] + [point]
         return point
 
-    pending = []      # (first step, steps, metrics) still on the device: fetched together, so no step waits
-
-    def flush():
-        for (first, n), m in zip([p[:2] for p in pending], to_host([p[2] for p in pending])):
+    def flush(self) -> None:
+        """Every pending step's metrics to the host, the log and the file; a non-finite loss ends the run."""
+        for (first, n), m in zip([p[:2] for p in self.pending], to_host([p[2] for p in self.pending])):
             for j in range(n):   # a call of n > 1 steps stacked its metrics [n, ...]
                 step, mj = first + j, {key: v[j] for key, v in m.items()} if n > 1 else m
                 record = {"step": step, **{key: np.asarray(v).tolist() for key, v in mj.items()}}
                 if not np.all(np.isfinite(mj["loss"])):
-                    raise TrainingDiverged(desc, step, f"the loss is {record['loss']}", tc.lr,
-                                           kept=ckpt.latest_step() if ckpt else None)
-                train_log.append(record)
-                log(record)
-        pending.clear()
+                    raise TrainingDiverged(step, f"the loss is {record['loss']}", self.tc.lr,
+                                           kept=self.ckpt.latest_step() if self.ckpt else None)
+                self.train_log.append(record)
+                self.log(record)
+        self.pending.clear()
 
-    state = engine.init(seeds) if state is None else engine.replicate(state)
-    history, train_log = read_metrics(metrics_file, start)
-    due = lambda step: tc.eval_every and step % tc.eval_every == 0 and 0 < step < tc.steps
-    if due(start) and start not in {h["step"] for h in history}:
-        log(evaluate(start))     # interrupted between the step and its evaluation
-    done, t0 = start, time.perf_counter()
-    shown = progress and is_writer()   # tqdm.auto's notebook bar warns without ipywidgets even when off
-    bar = (tqdm if shown else plain_tqdm)(total=tc.steps, initial=start, desc=desc, disable=not shown, dynamic_ncols=True,
-                                          leave=False)
-    try:
-        while done < tc.steps:
-            if STOP.is_set():
-                raise KeyboardInterrupt
-            step = done
-            # A whole call where it fits; single steps only to realign a run resumed off the grid.
-            n = per_call if per_call > 1 and step % per_call == 0 and step + per_call <= tc.steps else 1
-            if n == 1:
-                state, metrics = engine.step(state, engine.shard([task.sample(s, step) for s in seeds]))
-            else:
-                state, metrics = engine.steps(state, engine.shard_steps(
-                    [[task.sample(s, i) for s in seeds] for i in range(step, step + n)]))
-            done = step + n
-            pending.append((step + 1, n, metrics))
-            saving = ckpt is not None and ckpt.due(done, since=step + 1)
-            if done // tc.log_every > step // tc.log_every or done == tc.steps or saving or due(done):
-                flush()        # every saved or evaluated state has a finite loss behind it
-                bar.set_postfix(loss=f"{np.mean(train_log[-1]['loss']):.3f}")
-            if due(done):
-                log(evaluate(done))
-            if saving:
-                ckpt.save(done, state, metrics_file)
-                if ckpt.preempted:     # the machines are going: stop here, all processes at this step
-                    raise Preempted(done)
-            bar.update(n)
-    except KeyboardInterrupt:
-        if ckpt and done > start:
-            try:
-                flush()
-            except Exception:
-                pass
-            else:
-                ckpt.keep(done, state, metrics_file)   # keep what this run has finished
-        raise
-    finally:
-        bar.close()
-    if STOP.is_set():
-        raise KeyboardInterrupt
-    seconds = time.perf_counter() - t0
-    if ckpt:            # the finished state first (its loss is finite): an interrupted evaluation redoes only itself
-        if ckpt.latest_step() != tc.steps:
-            ckpt.save(tc.steps, state, metrics_file)
-        ckpt.close()
-    final = evaluate(tc.steps)
-    log({**final, "seconds": seconds})
-    return RunResult(seeds, {key: v for key, v in final.items() if key != "step"}, tc.steps, seconds, start, state,
-                     history, train_log, per_call)
+    def advance(self, per_call: int) -> int:
+        """One compiled call from `done`: a whole call of `per_call` steps where it fits (single steps only
+        to realign a run resumed off the grid); the number of steps it took."""
+        step, engine = self.done, self.engine
+        n = per_call if per_call > 1 and step % per_call == 0 and step + per_call <= self.tc.steps else 1
+        if n == 1:
+            self.state, metrics = engine.step(self.state, engine.shard([self.task.sample(s, step) for s in self.seeds]))
+        else:
+            self.state, metrics = engine.steps(self.state, engine.shard_steps(
+                [[self.task.sample(s, i) for s in self.seeds] for i in range(step, step + n)]))
+        self.done = step + n
+        self.pending.append((step + 1, n, metrics))
+        return n
+
+    def train(self, per_call: int, bar) -> None:
+        """Steps until the last, evaluating and saving on their intervals; on Ctrl-C (or `stop`) what is
+        finished is kept."""
+        tc, ckpt = self.tc, self.ckpt
+        try:
+            while self.done < tc.steps:
+                if self.stop is not None and self.stop.is_set():
+                    raise KeyboardInterrupt
+                step = self.done
+                n = self.advance(per_call)
+                saving = ckpt is not None and ckpt.due(self.done, since=step + 1)
+                if self.done // tc.log_every > step // tc.log_every or self.done == tc.steps or saving \
+                        or self.due(self.done):
+                    self.flush()        # every saved or evaluated state has a finite loss behind it
+                    bar.set_postfix(loss=f"{np.mean(self.train_log[-1]['loss']):.3f}")
+                if self.due(self.done):
+                    self.log(self.evaluate(self.done))
+                if saving:
+                    ckpt.save(self.done, self.state, self.metrics_file)
+                    if ckpt.preempted:     # the machines are going: stop here, all processes at this step
+                        raise Preempted(self.done)
+                bar.update(n)
+        except KeyboardInterrupt:
+            if ckpt and self.done > self.start:
+                try:
+                    self.flush()
+                except Exception:
+                    pass
+                else:
+                    ckpt.keep(self.done, self.state, self.metrics_file)   # keep what this run has finished
+            raise
+        if self.stop is not None and self.stop.is_set():
+            raise KeyboardInterrupt
+
+    def finish(self, seconds: float, per_call: int) -> RunResult:
+        """The finished state saved first (its loss is finite: an interrupted evaluation redoes only
+        itself), then the final evaluation."""
+        if self.ckpt:
+            if self.ckpt.latest_step() != self.tc.steps:
+                self.ckpt.save(self.tc.steps, self.state, self.metrics_file)
+            self.ckpt.close()
+        final = self.evaluate(self.tc.steps)
+        self.log({**final, "seconds": seconds})
+        return RunResult(self.seeds, {k: v for k, v in final.items() if k != "step"}, self.tc.steps, seconds,
+                         self.start, self.state, self.history, self.train_log, per_call)
 
 
 def read_metrics(metrics_file: pathlib.Path | None, step: int) -> tuple[list[dict], list[dict]]:

@@ -15,13 +15,18 @@ import os
 import pathlib
 import signal
 import sys
+import threading
 from typing import Mapping, Sequence
 
-from attention_jax.errors import STOP, ConfigError, Preempted, UserError, hush_unraisable
+from attention_jax.errors import ConfigError, Preempted, UserError, hush_unraisable
 
 EXIT_USER_ERROR, EXIT_INTERRUPTED = 2, 130
 LOCK_FILE = ".lock"      # in a results folder: held by the run writing there
 PRESET_ORDER = ("smoke", "cpu", "paper")   # the order every --help lists them in: smallest budget first
+# Set by the command line's SIGINT handler (catch_interrupts) and handed to every `fit`: a
+# KeyboardInterrupt raised while XLA runs a callback of its own is printed as "ignored" and
+# lost, so the training loop also looks here at every step.
+STOP = threading.Event()
 SMOKE_NOTE = ("smoke preset: a plumbing check of a few steps; its figures mean nothing and the claims they decide are not checked at this "
               "budget (--preset cpu or paper for the chapter's)")
 
@@ -206,6 +211,21 @@ def _interrupt_echo(unraisable) -> bool:
     return isinstance(unraisable.exc_value, KeyboardInterrupt) and STOP.is_set()
 
 
+@contextlib.contextmanager
+def flag_named(flag: str | None = None, *, words: Mapping[str, str] | None = None):
+    """A user error raised inside, in the command line's terms: prefixed with the flag whose value it
+    is about, and the library's words for how to give a value replaced by the flag that gives it
+    (the library names no flag)."""
+    try:
+        yield
+    except UserError as e:
+        message = str(e)
+        for said, flagged in (words or {}).items():
+            message = message.replace(said, flagged)
+        e.args = (f"{flag} {message}" if flag else message,)
+        raise
+
+
 def join_processes(args) -> None:
     """Start JAX's distributed runtime when the flags or the environment (JAX_COORDINATOR_ADDRESS,
     JAX_NUM_PROCESSES, JAX_PROCESS_ID) name other processes."""
@@ -221,7 +241,8 @@ def join_processes(args) -> None:
         pid = getattr(args, "process_id", None)
         pid = int(env("JAX_PROCESS_ID")) if pid is None and env("JAX_PROCESS_ID") else pid
         initialize(coordinator, count, pid, auto=auto, timeout=getattr(args, "connect_timeout", None) or 60.0)
-    except ConfigError:
+    except ConfigError as e:
+        e.args = (f"{e} (--coordinator)",)
         raise
     except (RuntimeError, ValueError) as e:
         raise ConfigError(f"cannot join the other processes ({' '.join(str(e).split())[:300]}); check "
@@ -231,8 +252,9 @@ def join_processes(args) -> None:
 def report_error(e: BaseException) -> int:
     """Print a user error or an interrupt as its one line; return the exit status."""
     if isinstance(e, KeyboardInterrupt):
-        message = str(e) if isinstance(e, Preempted) else ("interrupted: finished results are kept; rerun the "
-                                                          "same command to continue")
+        message = (f"preempted: every process saved step {e.step} and stopped; rerun the same command to continue "
+                   "from it" if isinstance(e, Preempted) else
+                   "interrupted: finished results are kept; rerun the same command to continue")
         print(message, file=sys.stderr, flush=True)
         return EXIT_INTERRUPTED
     message = " ".join(str(e).split())

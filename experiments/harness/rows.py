@@ -104,8 +104,9 @@ def train_row(name: str, model_config: ModelConfig, train_config: TrainConfig, t
     served from the cache only when its checkpoint restores. A finished row whose checkpoint
     is needed but damaged or gone is trained again, that row alone (not the whole table).
     """
-    from attention_jax.errors import CheckpointError
+    from attention_jax.errors import CheckpointError, TrainingDiverged
     from attention_jax.train import Engine, fingerprint, fit
+    from experiments.harness.cli import STOP
     from attention_jax.inspect import count_params
     measures = dict(measures or {})
     key = row_key(name, model_config, train_config, preset, seeds, task.identity)
@@ -126,8 +127,14 @@ def train_row(name: str, model_config: ModelConfig, train_config: TrainConfig, t
                   "training that row again")
             fresh = True
     engine = Engine(model_config, train_config, n_seeds=len(seeds))
-    result = fit(engine, task, seeds=seeds, workdir=folder / "runs" / key, resume=not fresh, progress=progress,
-                 desc=name, steps_per_call=steps_per_call)
+    try:
+        result = fit(engine, task, seeds=seeds, workdir=folder / "runs" / key, resume=not fresh, progress=progress,
+                     desc=name, steps_per_call=steps_per_call, stop=STOP)
+    except TrainingDiverged as e:    # in the command line's terms: the row, its flag, what is recorded
+        keep = f"its last good checkpoint (step {e.kept}) is kept" if e.kept else "no checkpoint of it is kept"
+        e.args = (f"row {name!r} diverged at step {e.step}: {e.what}; the learning rate (lr={e.lr:g}) is the likely "
+                  f"cause: lower it with --lr; {keep} and nothing was recorded as finished",)
+        raise
     record = {"name": name, "key": key, "params": count_params(model_config), "seeds": list(seeds),
               "steps": result.steps, "seconds": result.seconds, "resumed_from": result.resumed_from,
               "steps_per_call": result.steps_per_call,

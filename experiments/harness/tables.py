@@ -17,7 +17,7 @@ from typing import Callable, Mapping
 
 from attention_jax.config import ModelConfig, TrainConfig
 from attention_jax.errors import DataError
-from experiments.harness import report, rows
+from experiments.harness import cli, report, rows
 from experiments.harness.experiment import Context, Result
 
 
@@ -33,7 +33,13 @@ class Table:
         window any row trains or is read on; a held-out split that cannot fill one is refused here."""
         from attention_jax.data import load_tokens, resolve_corpus, train_val_split
         from attention_jax.data.text import check_text_file
-        info = check_text_file(ctx.corpus) if ctx.corpus else check_text_file(resolve_corpus(ctx.data))
+        from attention_jax.data.corpus import GIVE_PATH
+        if ctx.corpus:
+            with cli.flag_named("--corpus"):
+                info = check_text_file(ctx.corpus)
+        else:
+            with cli.flag_named(words={GIVE_PATH: "pass --data PATH"}):
+                info = check_text_file(resolve_corpus(ctx.data))
         tokens = load_tokens(info.path, vocab_size=vocab_size)
         if len(tokens) < 10 * (longest + 1):
             raise DataError(f"corpus {info.path} is too small: {len(tokens):,} tokens, and its 10% held-out split "
