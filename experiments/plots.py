@@ -38,6 +38,8 @@ def finish_panels(fig, axes, panels: Sequence[tuple[str, bool]], title: str, *, 
     """Title, step axis, log scale where asked, grid and integer ticks on each panel ((title, log)
     pairs); an optional dotted line at `mark_step`; one legend outside the last panel."""
     for ax, (panel, log) in zip(axes, panels):
+        # a log axis needs a positive value to draw (a run too short to log any step has none)
+        log = log and any(np.any(np.asarray(line.get_ydata(), float) > 0) for line in ax.get_lines())
         ax.set(title=panel, xlabel="step")
         if ylabel:
             ax.set_ylabel(panel)

@@ -167,6 +167,16 @@ def test_warmup_is_checked_only_for_warmup_rows():
             norms.check_warmup(["post_no_warmup", "post_warmup"], warmup, 30)
 
 
+def test_a_run_too_short_to_log_a_step_still_draws_its_early_steps(tmp_path):
+    """`--steps 3` logs no step (log_every 5): the log-scaled panel has nothing to draw and stays linear,
+    rather than the figure raising at save time."""
+    records = [{"name": name, "train_log": [], "history": []} for name in ROW_NAMES]
+    fig = norms.early_figure(records, 50, "title", warmup=1)
+    assert [ax.get_yscale() for ax in fig.axes[:3]] == ["linear"] * 3
+    report.save_figure(fig, tmp_path / "early.png")
+    assert (tmp_path / "early.png").stat().st_size > 0
+
+
 @pytest.mark.slow
 def test_figures_draw_from_records():
     """The three plots from records shaped like a trained table's (no training here)."""
