@@ -1,10 +1,11 @@
 """attention_jax: attention and the transformer block, derived from a plain average.
 
 `attention_jax.functional` holds the pure functions (masks, scores, softmax, attention,
-positions, norms); `attention_jax.model` composes them into Flax NNX modules driven by
-one `ModelConfig`; `attention_jax.inspect` looks inside them; `attention_jax.train` is
-the training engine (one compiled step, N seeds at once); `attention_jax.generate` writes text with a
-trained model.
+positions, norms); `attention_jax.model` composes them into Flax NNX modules driven by one
+`ModelConfig`: the model as built is the equation. `attention_jax.speed` swaps in faster
+forms of the same numbers; `attention_jax.inspect` looks inside the model;
+`attention_jax.train` is the training engine (one compiled step, N seeds at once);
+`attention_jax.generate` writes text with a trained model.
 
 The names below load on first use, so `import attention_jax.config` does not pay for
 importing JAX (a program can parse its settings into configs first).
@@ -28,7 +29,9 @@ _EXPORTS = {
     "Block": ("attention_jax.model", "Block"),
     "LanguageModel": ("attention_jax.model", "LanguageModel"),
     "count_params": ("attention_jax.inspect", "count_params"),
-    "capture_attention": ("attention_jax.inspect", "capture_attention"),
+    "run_with_cache": ("attention_jax.inspect", "run_with_cache"),
+    "fast": ("attention_jax.speed", "fast"),
+    "Speed": ("attention_jax.speed", "Speed"),
     "ablate": ("attention_jax.inspect", "ablate"),
     "generate": ("attention_jax.generate", "generate"),
 }

@@ -18,13 +18,8 @@ MIXERS = ("none", "average", "head", "heads")
 POSITIONS = ("none", "learned", "sinusoidal", "rope", "alibi")
 NORMS = ("pre", "post")
 INITS = ("torch", "gpt2")
-# How attention is computed (`attention_jax.backends`; the same numbers to float rounding):
-# the reference equation, its causal halves, chunks with an online softmax (O(T) memory), a
-# fused kernel, or "auto": causal_halves on a CPU, fused on a GPU/TPU.
-ATTENTIONS = ("auto", "reference", "causal_halves", "chunked", "fused")
-DTYPES = ("float32", "bfloat16")
+DTYPES = ("float32", "bfloat16")       # compute dtype; parameters and optimizer state stay float32
 GELUS = ("exact", "tanh")
-LATER = {"gelu": "exact", "output_bias": True, "matmul_dtype": None}    # fields added after 2026-12-01, at the default that keeps old keys   # compute dtype; parameters and optimizer state stay float32
 
 
 def _whole_numbers(config, names) -> None:
@@ -78,10 +73,7 @@ class ModelConfig:
     norm: str = "pre"                  # LayerNorm on each sub-layer's input, or after the add
     scale: bool = True                 # divide scores by √d_head
     dropout: float = 0.0               # attention weights, sub-layer outputs, embedding sum
-    attention: str = "auto"            # see ATTENTIONS
-    attention_chunk: int = 512         # the chunked backend's block of keys (and of queries)
     dtype: str = "float32"             # compute dtype: bfloat16 = mixed precision
-    matmul_dtype: str | None = None    # the dense layers' product inputs alone (bfloat16: float32 elsewhere); None: dtype
     tie_embeddings: bool = False       # output layer reuses the token table
     bias: bool = True                  # biases in W_o, feed-forward, LayerNorm, output layer
     qkv_bias: bool = False             # the chapter's heads have none; GPT-2's do
@@ -97,7 +89,7 @@ class ModelConfig:
                 raise ConfigError(f"invalid ModelConfig: {msg}")
 
         _whole_numbers(self, ("vocab_size", "context", "max_positions", "d_model", "n_layers", "n_heads", "d_head",
-                              "ff_mult", "attention_chunk"))
+                              "ff_mult"))
         # A switch must be a bool: the string "false" from a config file is truthy and would
         # leave LayerNorm on while saying it is off.
         for name in ("residual", "feed_forward", "layer_norm", "scale", "tie_embeddings", "bias", "qkv_bias",
@@ -127,50 +119,45 @@ class ModelConfig:
         need(self.d_head is None or _whole(self.d_head), f"d_head={self.d_head!r} must be a positive integer up to 2**31 - 1")
         if self.positions == "rope":
             need(self.mixer in ("head", "heads"), "positions='rope' rotates queries and keys; it needs mixer 'head' or 'heads'")
-            need(self.head_dim % 2 == 0, f"positions='rope' needs an even d_head, got {self.head_dim}")
+            need(self.d_head_used % 2 == 0, f"positions='rope' needs an even d_head, got {self.d_head_used}")
         if self.positions == "alibi":
             need(self.mixer in ("head", "heads"), "positions='alibi' biases attention scores; it needs mixer 'head' or 'heads'")
         if self.positions == "learned":
-            need(self.position_rows >= self.context,
+            need(self.max_positions_used >= self.context,
                  f"max_positions={self.max_positions} is smaller than context={self.context}")
-        need(self.attention in ATTENTIONS, f"attention={self.attention!r}; choose one of {', '.join(ATTENTIONS)}")
         need(self.dtype in DTYPES, f"dtype={self.dtype!r}; choose one of {', '.join(DTYPES)}")
-        need(self.matmul_dtype is None or self.matmul_dtype in DTYPES,
-             f"matmul_dtype={self.matmul_dtype!r}; choose None (the compute dtype) or one of {', '.join(DTYPES)}")
         need(self.gelu in GELUS, f"gelu={self.gelu!r}; choose 'exact' or 'tanh' (GPT-2's approximation)")
-        need(_whole(self.attention_chunk), f"attention_chunk={self.attention_chunk!r} must be a positive integer up to 2**31 - 1")
-        if self.attention == "chunked":
-            need(self.positions != "alibi", "attention='chunked' adds no bias to its scores, so it cannot do "
-                 "positions='alibi'; use attention='reference', 'causal_halves' or 'fused'")
-        if self.attention in ("chunked", "fused"):
-            need(self.dropout == 0, f"attention={self.attention!r} has no dropout on its weights; use "
-                 "attention='reference' or 'causal_halves' for dropout > 0")
         need(not (self.mixer == "head" and self.d_head not in (None, self.d_model)),
              "mixer='head' has no output projection, so d_head must equal d_model")
 
-    # Derived sizes, so callers never recompute them differently.
+    # What the model built from this config uses, where a field asks for something (or None: derive
+    # it): `n_heads` -> `heads_used`, `d_head` -> `d_head_used`, `max_positions` -> `max_positions_used`.
+    # Derived once here, so callers never recompute them differently.
     @property
-    def num_heads(self) -> int:
+    def heads_used(self) -> int:
+        """The mixer's heads: n_heads for mixer="heads", 1 for "head", 0 for an average or none."""
         return {"heads": self.n_heads, "head": 1}.get(self.mixer, 0)
 
     @property
-    def head_dim(self) -> int:
+    def d_head_used(self) -> int:
+        """Each head's width: d_head, else d_model // n_heads (d_model for mixer="head")."""
         if self.mixer == "head":
             return self.d_model
         return self.d_head or self.d_model // self.n_heads
 
     @property
     def d_ff(self) -> int:
+        """The feed-forward's inner width: ff_mult · d_model."""
         return self.ff_mult * self.d_model
 
     @property
-    def position_rows(self) -> int:
+    def max_positions_used(self) -> int:
+        """Rows of the learned position table: max_positions, else the context."""
         return self.max_positions or self.context
 
     def to_dict(self) -> dict:
-        """Every field, but those added after rows were cached while they hold their default: a row's
-        cache key (its fingerprint) stays what it was for every model it could already name."""
-        return {k: v for k, v in dataclasses.asdict(self).items() if LATER.get(k, ...) != v}
+        """Every field as plain values (JSON as it is); `ModelConfig(**d)` makes the config again."""
+        return dataclasses.asdict(self)
 
 
 @dataclasses.dataclass(frozen=True)

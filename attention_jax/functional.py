@@ -16,7 +16,6 @@ import jax
 import jax.numpy as jnp
 
 from attention_jax.errors import ConfigError
-from attention_jax.kernels import dense as _fast_dense
 
 
 def floating(x) -> jax.Array:
@@ -27,11 +26,19 @@ def floating(x) -> jax.Array:
 
 # --- masks and scores ------------------------------------------------------------------
 
-def causal_mask(n: int) -> jax.Array:
-    """bool[n, n], True where position t may attend to position i (i <= t)."""
-    if n < 0:
-        raise ConfigError(f"causal_mask needs n >= 0 positions, got {n}")
-    return jnp.tril(jnp.ones((n, n), dtype=bool))
+def causal_mask(n: int, keys: int | None = None, *, positions: jax.Array | None = None) -> jax.Array:
+    """bool[n, keys], True where a query may attend to a key: key i is at or before the query.
+
+    `causal_mask(T)` is the [T, T] lower triangle; with `keys` and `positions` (the queries' own
+    positions, default 0 .. n-1) it is the mask of any n queries against keys 0 .. keys-1: while
+    decoding, the new positions against every position the cache can hold.
+    """
+    if n < 0 or (keys is not None and keys < 0):
+        raise ConfigError(f"causal_mask needs n >= 0 queries and keys >= 0, got n={n}, keys={keys}")
+    if keys is None and positions is None:
+        return jnp.tril(jnp.ones((n, n), dtype=bool))
+    at = jnp.arange(n) if positions is None else jnp.asarray(positions)
+    return jnp.arange(n if keys is None else keys)[None, :] <= at[:, None]
 
 
 def attention_scores(q: jax.Array, k: jax.Array, *, scale: bool = True, bias: jax.Array | None = None) -> jax.Array:
@@ -210,13 +217,17 @@ def alibi_bias(n_heads: int, n: int, queries: jax.Array | None = None) -> jax.Ar
 
 # --- per-position layers ---------------------------------------------------------------
 
-def dense(x: jax.Array, kernel: jax.Array, bias: jax.Array | None = None, *, operands=None) -> jax.Array:
-    """x·W (+ b) on the last axis, every projection; backward by hand (attention_jax.kernels).
+def dense(x: jax.Array, kernel: jax.Array, bias: jax.Array | None = None) -> jax.Array:
+    """x·W (+ b) on the last axis: [..., in] · [in, out] -> [..., out], in x's dtype.
 
-    operands: a dtype the product's inputs are rounded to (bfloat16: float32 in and out, the
-    product on a CPU's or GPU's bfloat16 units, accumulated in float32).
-    Integer/bool inputs are promoted to float32 (an integer product would be truncated)."""
-    return _fast_dense(floating(x), floating(kernel), None if bias is None else floating(bias), operands=operands)
+    A bfloat16/float16 product accumulates in float32 and is rounded once, with the bias added
+    before the rounding. Integer/bool inputs are promoted to float32 (an integer product would be
+    truncated). `attention_jax.speed` swaps in the same product with a hand-written backward."""
+    x, kernel = floating(x), floating(kernel)
+    low = x.dtype in (jnp.bfloat16, jnp.float16)
+    y = jnp.dot(x, kernel, preferred_element_type=jnp.float32) if low else jnp.dot(x, kernel)
+    y = y if bias is None else y + floating(bias)
+    return y.astype(x.dtype)
 
 
 def layer_norm(x: jax.Array, scale: jax.Array, bias: jax.Array | None, eps: float = 1e-5) -> jax.Array:

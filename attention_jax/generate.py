@@ -9,6 +9,8 @@ token alone, reading the keys and values the cache keeps: O(T) work a token, up 
 model's context. `cache=False` is the reference it is tested against: each step feeds the
 model a whole window of `context` tokens (the text so far padded on the right, which the
 causal mask hides, or its last `context` tokens), so it also writes past the context.
+Either way the model computes with `speed` (default `Speed()`) swapped in; `speed=None`
+decodes with the model as built.
 """
 from __future__ import annotations
 
@@ -22,6 +24,7 @@ from flax import nnx
 
 from attention_jax.errors import ConfigError
 from attention_jax.model import Bidirectional, check_ids
+from attention_jax.speed import Speed, fast
 
 
 def next_token(logits, key, temperature, *, greedy: bool = False, top_k: int | None = None) -> jax.Array:
@@ -56,11 +59,19 @@ def _draw(logits, key, temperature, greedy, top_k):
     return draw(logits, keys), key
 
 
-@functools.partial(jax.jit, static_argnames=("graphdef", "prompt_len", "n", "greedy", "top_k"))
-def _windows(graphdef, state, buf, key, temperature, *, prompt_len: int, n: int, greedy: bool, top_k):
-    """Uncached: every step runs the model on a whole window of `context` tokens."""
+def _merged(graphdef, state, speed):
+    """The model to decode with: a copy (the caller's stays untouched), dropout off, `speed` swapped in."""
     model = nnx.merge(graphdef, state)
-    model.eval()                           # the merged copy: dropout off, the caller's model untouched
+    model.eval()
+    if speed is not None:
+        fast(model, speed)
+    return model
+
+
+@functools.partial(jax.jit, static_argnames=("graphdef", "prompt_len", "n", "greedy", "top_k", "speed"))
+def _windows(graphdef, state, buf, key, temperature, *, prompt_len: int, n: int, greedy: bool, top_k, speed):
+    """Uncached: every step runs the model on a whole window of `context` tokens."""
+    model = _merged(graphdef, state, speed)
     B, T = buf.shape[0], model.config.context
 
     def step(carry, i):
@@ -75,11 +86,10 @@ def _windows(graphdef, state, buf, key, temperature, *, prompt_len: int, n: int,
     return buf
 
 
-@functools.partial(jax.jit, static_argnames=("graphdef", "n", "greedy", "top_k"))
-def _cached(graphdef, state, prompt, key, temperature, *, n: int, greedy: bool, top_k):
+@functools.partial(jax.jit, static_argnames=("graphdef", "n", "greedy", "top_k", "speed"))
+def _cached(graphdef, state, prompt, key, temperature, *, n: int, greedy: bool, top_k, speed):
     """Cached: the prompt in one call (prefill), then one position a step, its keys and values kept."""
-    model = nnx.merge(graphdef, state)
-    model.eval()
+    model = _merged(graphdef, state, speed)
     B, P = prompt.shape
     model.init_cache(B, P + n - 1)         # the prompt and every new token but the last are fed back
     logits = model(prompt)[:, -1]
@@ -98,14 +108,15 @@ def _cached(graphdef, state, prompt, key, temperature, *, n: int, greedy: bool, 
 
 
 def generate(model, prompt, n: int, *, key=None, temperature: float = 1.0, top_k: int | None = None,
-             cache: bool = True) -> np.ndarray:
+             cache: bool = True, speed: Speed | None = Speed()) -> np.ndarray:
     """The prompt's ids followed by `n` generated ones, as an int32 array.
 
     `prompt`: ids [P], or [B, P] for B prompts of one length, answered together ([B, P + n]).
     `temperature` 0 is greedy decoding (no key needed); otherwise `key` (a `jax.random.key`)
     makes the draw, the same key the same text. `top_k`: draw among the k most likely ids only.
     `cache`: keep each position's keys and values (O(T) work a token, within the context);
-    False runs a whole window a token, and slides it past the context.
+    False runs a whole window a token, and slides it past the context. `speed`: the faster forms
+    to decode with (`attention_jax.speed`); None: the model as built.
     """
     prompt = np.asarray(prompt)
     vocab = model.config.vocab_size
@@ -136,8 +147,10 @@ def generate(model, prompt, n: int, *, key=None, temperature: float = 1.0, top_k
                           "cache=False) slides a window of the context along the text")
     if any(getattr(m, "cache", None) is not None for _, m in nnx.iter_modules(model)):
         raise ConfigError("the model is decoding already (init_cache); call model.drop_cache() first")
+    if speed is not None:
+        speed.form_for(model.config)        # a form this model cannot take: one line, before compiling
     graphdef, state = nnx.split(model)
-    options = dict(n=int(n), greedy=greedy, top_k=None if top_k is None else int(top_k))
+    options = dict(n=int(n), greedy=greedy, top_k=None if top_k is None else int(top_k), speed=speed)
     key, temperature = jax.random.key(0) if key is None else key, jnp.float32(1.0 if greedy else temperature)
     if n == 0:
         out = rows

@@ -1,36 +1,33 @@
 """Looking inside a model without editing it: counts, named intermediates, per-head weights, ablations.
 
     logits, cache = run_with_cache(model, tokens)          # every hook point, by name
-    cache["blocks.0.mixer.weights"]                        # [B, H, T, T] attention weights
+    cache["blocks.0.mixer.attention.weights"]              # [B, H, T, T] attention weights
     with ablate(model, heads={1: [0]}):                    # zero head 0 of block 1 after its softmax
         ablated = model(tokens)                            # the model is whole again after the block
 
 Two ideas carry it: TransformerLens' `run_with_cache` (named intermediates) and penzai's
 select/replace (an ablation swaps a part of the model and puts it back, even when the
 body raises). Names are module paths with `hook_` dropped: `embed`, `positions`,
-`blocks.{i}.resid_pre`, `blocks.{i}.mixer.{q,k,v,scores,weights,z}`, `blocks.{i}.mixer_out`,
-`blocks.{i}.resid_mid`, `blocks.{i}.ffn_out`, `blocks.{i}.resid_post`, `final`,
-`ln_final`, `logits` (`hook_names(model)` lists a model's own).
+`blocks.{i}.resid_pre`, `blocks.{i}.mixer.{q,k,v,z}`, `blocks.{i}.mixer.attention.{scores,weights}`,
+`blocks.{i}.mixer_out`, `blocks.{i}.resid_mid`, `blocks.{i}.ffn_out`, `blocks.{i}.resid_post`,
+`final`, `ln_final`, `logits` (`hook_names(model)` lists a model's own; docs/library.md maps
+them to TransformerLens' names). The model as built computes every one of them.
 """
 from __future__ import annotations
 
 import contextlib
 import fnmatch
-import functools
-import warnings
 from typing import Callable, Iterable, Mapping
 
 import jax
 import jax.numpy as jnp
 from flax import nnx
 
-from attention_jax import backends
 from attention_jax.config import ModelConfig
 from attention_jax.errors import ConfigError
 from attention_jax.model import Bidirectional, Head, Hook, LanguageModel, MultiHeadAttention
 
 
-@functools.lru_cache(maxsize=256)       # a pure function of a frozen config; each count traces the whole model
 def count_params(config: ModelConfig) -> int:
     """Trainable parameters, counted from abstract shapes: GPT-2 small costs no memory."""
     abstract = nnx.eval_shape(lambda: LanguageModel(config, rngs=nnx.Rngs(0)))
@@ -66,10 +63,16 @@ def select(model, path: str):
     return node
 
 
-@contextlib.contextmanager
-def replaced(model, parts: Mapping[str, object]):
-    """Swap the parts at the given paths for others (None removes a sub-layer); put them back on exit."""
-    swapped = []   # (parent, attribute, the part before), undone in reverse so nesting works
+def swap(model, parts: Mapping[str, object]) -> Callable[[], None]:
+    """Put the parts at the given paths in place of those there (None removes a sub-layer), in order;
+    the function returned puts the old ones back, in reverse (so a path through a part swapped
+    earlier is undone first). A path that does not exist undoes what was done and raises."""
+    swapped = []   # (parent, attribute, the part before)
+
+    def undo():
+        while swapped:
+            owner, last, old = swapped.pop()
+            setattr(owner, last, old)
     try:
         for path, new in parts.items():
             *parent, last = path.split(".")
@@ -77,10 +80,21 @@ def replaced(model, parts: Mapping[str, object]):
             old = select(model, path)
             swapped.append((owner, last, old))
             setattr(owner, last, new)
+    except BaseException:
+        undo()
+        raise
+    return undo
+
+
+@contextlib.contextmanager
+def replaced(model, parts: Mapping[str, object]):
+    """Swap the parts at the given paths for others (None removes a sub-layer); put them back on exit,
+    even when the body raises."""
+    undo = swap(model, parts)
+    try:
         yield model
     finally:
-        for owner, last, old in reversed(swapped):
-            setattr(owner, last, old)
+        undo()
 
 
 def hook_names(model) -> list[str]:
@@ -102,7 +116,11 @@ def _hook_paths(model, patterns: Iterable[str] | None) -> dict[str, str]:
     chosen = {n: p for n, p in found.items() if any(fnmatch.fnmatchcase(n, pat) for pat in patterns)}
     missing = [pat for pat in patterns if not any(fnmatch.fnmatchcase(n, pat) for n in found)]
     if missing:
-        raise ConfigError(f"no hook point matches {', '.join(map(repr, missing))}; this model has: "
+        from attention_jax.speed import forms_of
+        fast = sorted(p for p, form in forms_of(model).items() if form != "reference")
+        why = (f" ({', '.join(fast)} computed by a faster form: speed.fast is on, and scores and weights exist "
+               "in the model as built only)" if fast else "")
+        raise ConfigError(f"no hook point matches {', '.join(map(repr, missing))}{why}; this model has: "
                           f"{', '.join(found)}")
     return chosen
 
@@ -129,43 +147,10 @@ class Patch(Hook):
         return self.fn(self.inner(x))
 
 
-class ReferenceSwitch(UserWarning):
-    """A hook on scores or weights made a block compute attention by the reference equation."""
-
-
-def attention_forms(model) -> dict[str, str]:
-    """How each attention block computes (`attention_jax.backends`), by path: {"blocks.0.mixer": "causal_halves"}."""
-    return {p: select(model, p).form for p in _attention_paths(model)}
-
-
-@contextlib.contextmanager
-def use_form(model, form: str = "reference"):
-    """Every attention block computes by `form` inside the block (no notice: asked for), then as before."""
-    if form not in backends.FORMS:
-        raise ConfigError(f"unknown attention form {form!r}; choose one of {', '.join(backends.FORMS)}")
-    with replaced(model, {f"{p}.form": form for p in _attention_paths(model)}):
-        yield model
-
-
-def _reference_for(model, names) -> dict[str, str]:
-    """The form swaps that hooks on scores or weights need: only the reference form computes them.
-
-    Says so in one line (a `ReferenceSwitch` warning); the numbers are the same to float rounding."""
-    forms = attention_forms(model)
-    needed = {n.rsplit(".", 1)[0] for n in names if n.rsplit(".", 1)[-1] in ("scores", "weights")}
-    switch = sorted(p for p in needed if forms.get(p, "reference") != "reference")
-    if switch:
-        warnings.warn(f"{', '.join(f'{p} ({forms[p]})' for p in switch)}: scores and weights exist only in the "
-                      "reference form, so this call computes that attention by the reference equation",
-                      ReferenceSwitch, stacklevel=3)
-    return {f"{p}.form": "reference" for p in switch}
-
-
 def run_with_cache(model: LanguageModel, tokens, names: str | Iterable[str] | None = None):
     """(logits, {name: value}) for every hook point (or those matching `names`, fnmatch patterns)."""
     paths = _hook_paths(model, names)
-    parts = {path: Record(select(model, path)) for path in paths.values()}
-    with replaced(model, {**parts, **_reference_for(model, paths)}):
+    with replaced(model, {path: Record(select(model, path)) for path in paths.values()}):
         logits, sown = nnx.capture(model, nnx.Intermediate)(tokens)
     cache = {}
     for path, var in nnx.to_flat_state(sown):
@@ -187,8 +172,7 @@ def patched(model, patches: Mapping[str, Callable]):
                 raise ConfigError(f"hook point {name!r} is matched by two patches ({chosen[name][2]!r} and "
                                   f"{pattern!r}); give it one")
             chosen[name] = (path, fn, pattern)
-    parts = {path: Patch(fn, select(model, path)) for path, fn, _ in chosen.values()}
-    with replaced(model, {**parts, **_reference_for(model, chosen)}):
+    with replaced(model, {path: Patch(fn, select(model, path)) for path, fn, _ in chosen.values()}):
         yield model
 
 
@@ -212,7 +196,7 @@ def ablate(model: LanguageModel, *, mixer: Iterable[int] = (), feed_forward: Ite
     removed = {f"blocks.{i}.mixer" for i in mixer}
     parts = dict.fromkeys(removed)
     parts.update({f"blocks.{i}.ffn": None for i in feed_forward})
-    n = model.config.num_heads      # zeroing an index past the last head would silently do nothing
+    n = model.config.heads_used      # zeroing an index past the last head would silently do nothing
     for block, chosen in (heads or {}).items():
         bad = [h for h in chosen if not -n <= h < n]
         if bad:
@@ -226,12 +210,13 @@ def ablate(model: LanguageModel, *, mixer: Iterable[int] = (), feed_forward: Ite
                               "biases the scores): compare with a model trained without them instead")
         patches["positions"] = jnp.zeros_like
     if bidirectional:   # the masks of attention that is kept (a removed mixer has none to swap)
-        parts.update({f"{p}.mask": Bidirectional() for p in _attention_paths(model) if p not in removed})
+        parts.update({f"{p}.attention.mask": Bidirectional() for p in attention_blocks(model) if p not in removed})
     with replaced(model, parts), patched(model, patches):
         yield model
 
 
-def _attention_paths(model) -> list[str]:
+def attention_blocks(model) -> list[str]:
+    """The paths of the model's attention mixers, in order: ["blocks.0.mixer", ...]."""
     return [".".join(map(str, p)) for p, m in nnx.iter_modules(model) if isinstance(m, (Head, MultiHeadAttention))]
 
 
@@ -240,31 +225,16 @@ def head_weights(model: LanguageModel, block: int) -> dict[str, jax.Array]:
     if not -len(model.blocks) <= block < len(model.blocks):
         raise ConfigError(f"block {block} does not exist: the model has {len(model.blocks)} (0 .. {len(model.blocks) - 1})")
     mixer = model.blocks[block].mixer
-    if isinstance(mixer, Head):
-        return {"q": mixer.q.kernel[...][None], "k": mixer.k.kernel[...][None], "v": mixer.v.kernel[...][None],
-                "o": None}
-    if not isinstance(mixer, MultiHeadAttention):
+    if not isinstance(mixer, (Head, MultiHeadAttention)):
         raise ConfigError(f"block {block} has no attention heads (its mixer is {type(mixer).__name__})")
-    cfg = mixer.config
-    qkv = mixer.qkv.kernel[...].reshape(cfg.d_model, 3, cfg.num_heads, cfg.head_dim)   # columns: (q|k|v, head, width)
-    q, k, v = (jnp.moveaxis(qkv[:, i], 1, 0) for i in range(3))
-    return {"q": q, "k": k, "v": v, "o": mixer.out.kernel[...].reshape(cfg.num_heads, cfg.head_dim, cfg.d_model)}
+    return mixer.head_weights()
 
 
 def logit_lens(model: LanguageModel, tokens) -> jax.Array:
     """[L + 1, B, T, V]: the logits the stream would give if it stopped after the embedding and after
-    each block (through the final LayerNorm and the unembedding); the last row is the model's own."""
+    each block (through the model's own `unembed`: the final LayerNorm, the output layer); the last
+    row is the model's own."""
     _, cache = run_with_cache(model, tokens, ["embed", "positions", "blocks.*.resid_post"])
     start = cache["embed"] + cache.get("positions", 0)
     streams = [start] + [cache[f"blocks.{i}.resid_post"] for i in range(len(model.blocks))]
-    ln = model.ln_f if model.ln_f is not None else (lambda x: x)
-    out = (lambda x: jnp.einsum("...D,VD->...V", x, model.token_embed.embedding[...].astype(x.dtype))) \
-        if model.lm_head is None else model.lm_head
-    return jnp.stack([out(ln(x)) for x in streams])
-
-
-def capture_attention(model: LanguageModel, tokens) -> tuple[jax.Array, list[jax.Array]]:
-    """Run the model once and return (logits, [weights of each attention block, [B, H, T, T]])."""
-    logits, cache = run_with_cache(model, tokens, [f"{p}.weights" for p in _attention_paths(model)] or None) \
-        if _attention_paths(model) else (model(tokens), {})
-    return logits, [cache[f"{p}.weights"] for p in _attention_paths(model)]
+    return jnp.stack([model.unembed(x) for x in streams])

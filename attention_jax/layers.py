@@ -3,7 +3,8 @@
 `Dense` and `LayerNorm` hold float32 parameters and call the functional core; with a
 compute dtype (mixed precision) `Dense` multiplies in it. `Hook` (an identity at a named
 point) and `CausalMask` exist to be swapped by `attention_jax.inspect`; `check_ids` refuses
-token ids outside the vocabulary.
+token ids outside the vocabulary. `projection`, `dropout`, `compute_dtype` and
+`embedding_init` build the parts as a `ModelConfig` says.
 """
 from __future__ import annotations
 
@@ -28,26 +29,30 @@ def _kernel_init(kind: str):
     return nnx.initializers.normal(stddev=0.02)
 
 
-def _embed_init(kind: str):
+def embedding_init(kind: str):
     return nnx.initializers.normal(stddev=1.0 if kind == "torch" else 0.02)
 
 
 class Dense(nnx.Module):
     """x·W (+ b). Parameters are float32; with a `dtype` (mixed precision) the product is computed in it."""
 
-    def __init__(self, d_in: int, d_out: int, *, bias: bool, init: str, rngs: nnx.Rngs, dtype=None, operands=None):
+    def __init__(self, d_in: int, d_out: int, *, bias: bool, init: str, rngs: nnx.Rngs, dtype=None):
         self.kernel = nnx.Param(_kernel_init(init)(rngs.params(), (d_in, d_out)))
         bound = d_in ** -0.5
         torch_bias = lambda: jax.random.uniform(rngs.params(), (d_out,), minval=-bound, maxval=bound)
         self.bias = nnx.Param(torch_bias() if init == "torch" else jnp.zeros((d_out,))) if bias else None
-        self.dtype, self.operands = dtype, operands
+        self.dtype = dtype
 
-    def __call__(self, x):
+    def operands(self, x):
+        """x, W and b as the product takes them: cast to the compute dtype, when there is one."""
         kernel, bias = self.kernel[...], None if self.bias is None else self.bias[...]
         if self.dtype is not None:
             x, kernel = x.astype(self.dtype), kernel.astype(self.dtype)
             bias = None if bias is None else bias.astype(self.dtype)
-        return F.dense(x, kernel, bias, operands=self.operands)
+        return x, kernel, bias
+
+    def __call__(self, x):
+        return F.dense(*self.operands(x))
 
 
 class LayerNorm(nnx.Module):
@@ -60,17 +65,18 @@ class LayerNorm(nnx.Module):
         return F.layer_norm(x, self.scale[...], None if self.bias is None else self.bias[...], self.eps)
 
 
-def _dense(config: ModelConfig, rngs: nnx.Rngs, d_in: int, d_out: int, *, bias: bool) -> Dense:
-    return Dense(d_in, d_out, bias=bias, init=config.init, rngs=rngs, dtype=_compute_dtype(config),
-                 operands=config.matmul_dtype)
+def projection(config: ModelConfig, rngs: nnx.Rngs, d_in: int, d_out: int, *, bias: bool) -> Dense:
+    """A `Dense` initialised and computed as the config says."""
+    return Dense(d_in, d_out, bias=bias, init=config.init, rngs=rngs, dtype=compute_dtype(config))
 
 
-def _compute_dtype(config: ModelConfig):
+def compute_dtype(config: ModelConfig):
     """None for float32 (nothing cast: the float32 step is the one measured); else the compute dtype."""
     return None if config.dtype == "float32" else jnp.dtype(config.dtype)
 
 
-def _dropout(config: ModelConfig, rngs: nnx.Rngs):
+def dropout(config: ModelConfig, rngs: nnx.Rngs):
+    """The config's dropout, or None (no module, no random stream) when it is 0."""
     return nnx.Dropout(config.dropout, rngs=rngs) if config.dropout > 0 else None
 
 
@@ -84,7 +90,8 @@ class Hook(nnx.Module):
 
 
 class CausalMask(nnx.Module):
-    """bool[T, T]: position t sees positions i <= t. Swapped for `Bidirectional` to ablate causality."""
+    """bool[T, T]: position t sees positions i <= t (`F.causal_mask`). Swapped for `Bidirectional` to
+    ablate causality, or for a mask of one's own (any module T -> bool[T, T])."""
     causal = True
 
     def __call__(self, T: int):

@@ -1,11 +1,16 @@
 """The language model as Flax NNX modules, thin compositions of `attention_jax.functional`.
 
 Reading order follows the architecture: the context mixers (uniform average, one head,
-several heads), the position-wise feed-forward network, the block that wires them with
-residuals and LayerNorm, and the model around it; the parts they are made of (Dense,
-LayerNorm, hooks, the mask) are in `attention_jax.layers`. Every variant comes from `ModelConfig`; nothing here
-branches on which variant of the chapter it is.
+several heads) and the attention they share (score, mask, normalise, mix), the
+position-wise feed-forward network, the block that wires them with residuals and
+LayerNorm, and the model around it; the parts they are made of (Dense, LayerNorm, hooks,
+the mask) are in `attention_jax.layers`. Every variant comes from `ModelConfig`; nothing
+here branches on which variant of the chapter it is.
 
+The model as built is the equation: every projection is x·W + b and every attention is
+`DotProductAttention`, the functional core's scores, mask, softmax and mix, all its hook
+points live, differentiable in forward and reverse mode. `attention_jax.speed.fast` swaps
+in faster forms of the same numbers (the training engine and `generate` apply it).
 Inspection never edits this code and adds nothing to a training step: each named
 intermediate passes through a `Hook`, an identity module, which `attention_jax.inspect`
 swaps for one that records or patches the value (TransformerLens' hook points, done the
@@ -18,13 +23,12 @@ import jax
 import jax.numpy as jnp
 from flax import nnx
 
-from attention_jax import backends
 from attention_jax import functional as F
 from attention_jax.config import ModelConfig
 from attention_jax.errors import ConfigError
 from attention_jax.layers import (  # noqa: F401  (Hook, masks, check_ids: part of the model's API)
-    Bidirectional, CausalMask, Dense, Hook, KVCache, LayerNorm, _dense, _compute_dtype, _dropout, _embed_init,
-    check_ids)
+    Bidirectional, CausalMask, Dense, Hook, KVCache, LayerNorm, check_ids, compute_dtype, dropout, embedding_init,
+    projection)
 
 # --- context mixers --------------------------------------------------------------------------
 
@@ -39,30 +43,46 @@ class UniformAverage(nnx.Module):
             return jnp.einsum("TS,...SD->...TD", F.uniform_causal_weights(x.shape[-2]).astype(x.dtype), x)
         pos = self.cache.positions(x.shape[-2])
         seen, _ = self.cache.append(x)
-        w = (jnp.arange(seen.shape[-2])[None, :] <= pos[:, None]) / (pos[:, None] + 1.0)
+        w = F.causal_mask(x.shape[-2], seen.shape[-2], positions=pos) / (pos[:, None] + 1.0)
         return jnp.einsum("TS,...SD->...TD", w.astype(x.dtype), seen)
 
 
-class _Attention(nnx.Module):
-    """What a head does after its projections: positions, score, mask, normalise, mix.
+class DotProductAttention(nnx.Module):
+    """softmax(q·kᵀ/√d + bias) under the mask, dropout on the weights, times v: `F.attention`'s steps.
 
-    `form` is how (`attention_jax.backends`): "reference" runs the equation below with its
-    hook points; the faster forms compute the same numbers in one call and have no scores
-    or weights to show (`inspect` switches a hooked block to the reference form, saying so).
-    Hook points, each [B, H, T, ·]: q, k, v (after RoPE), scores (scaled, plus the ALiBi
-    bias, before the mask), weights (after the softmax, before dropout), z (each head's output).
-
-    While decoding (`cache`, set by `LanguageModel.init_cache`) the new positions' keys and
-    values join the cache and their queries read every position written so far, by the
-    reference equation; scores and weights are then [B, H, T, max_len].
+    Hook points, each [B, H, T, S]: scores (scaled, plus the ALiBi bias, before the mask) and
+    weights (after the softmax, before dropout). `mask` is a part (`CausalMask`), so a mask of
+    one's own is a swap; a mask passed in (decoding: what the cache holds) stands in for it.
     """
 
-    def _hooks(self):
-        self.form = backends.resolve(self.config)
-        self.cache = nnx.data(None)
+    def __init__(self, config: ModelConfig, *, rngs: nnx.Rngs):
+        self.scale = config.scale
+        self.dropout = dropout(config, rngs)
         self.mask = CausalMask()
-        self.hook_q, self.hook_k, self.hook_v = Hook(), Hook(), Hook()
-        self.hook_scores, self.hook_weights, self.hook_z = Hook(), Hook(), Hook()
+        self.hook_scores, self.hook_weights = Hook(), Hook()
+
+    def __call__(self, q, k, v, *, bias=None, mask=None):   # q [B, H, T, D], k and v [B, H, S, D]
+        if mask is not None and type(self.mask) is not CausalMask:
+            raise ConfigError(f"decoding reads the past only; a {type(self.mask).__name__} cannot decode")
+        scores = self.hook_scores(F.attention_scores(q, k, scale=self.scale, bias=bias))
+        weights = self.hook_weights(F.masked_softmax(scores, self.mask(q.shape[-2]) if mask is None else mask))
+        return F.mix(weights if self.dropout is None else self.dropout(weights), v)
+
+
+class _Attention(nnx.Module):
+    """What a head does after its projections: positions, then `attention`, then each head's output.
+
+    Hook points, each [B, H, T, ·]: q, k, v (after RoPE), z (each head's output); `attention`'s
+    own are the scores and weights. While decoding (`cache`, set by `LanguageModel.init_cache`)
+    the new positions' keys and values join the cache and their queries read every position
+    written so far; scores and weights are then [B, H, T, max_len].
+    """
+
+    def __init__(self, config: ModelConfig, *, rngs: nnx.Rngs):
+        self.config = config
+        self.attention = DotProductAttention(config, rngs=rngs)
+        self.cache = nnx.data(None)
+        self.hook_q, self.hook_k, self.hook_v, self.hook_z = Hook(), Hook(), Hook(), Hook()
 
     def _attend(self, q, k, v):                              # q, k, v: [B, H, T, D]
         cfg, T = self.config, q.shape[-2]
@@ -72,68 +92,64 @@ class _Attention(nnx.Module):
         q, k, v = self.hook_q(q), self.hook_k(k), self.hook_v(v)
         mask = None
         if self.cache is not None:
-            if type(self.mask) is not CausalMask:
-                raise ConfigError(f"decoding reads the past only; a {type(self.mask).__name__} cannot decode")
             v, k = self.cache.append(v, k)
-            mask = jnp.arange(k.shape[-2])[None, :] <= pos[:, None]          # [T, max_len]: what is written
+            mask = F.causal_mask(T, k.shape[-2], positions=pos)           # [T, max_len]: what is written
         bias = F.alibi_bias(q.shape[-3], k.shape[-2], pos) if cfg.positions == "alibi" else None
-        if self.form == "reference" or mask is not None:
-            scores = self.hook_scores(F.attention_scores(q, k, scale=cfg.scale, bias=bias))
-            w = self.hook_weights(F.masked_softmax(scores, self.mask(T) if mask is None else mask))
-            out = F.mix(w if self.weight_dropout is None else self.weight_dropout(w), v)
-        else:   # the faster forms know two masks only, by the flag `causal`
-            if type(self.mask) not in (CausalMask, Bidirectional):
-                raise ConfigError(f"a {type(self.mask).__name__} is applied by the reference form only; run the "
-                                  "model inside attention_jax.inspect.use_form(model)")
-            out = backends.form(cfg, self.form)(q, k, v, bias=bias, causal=self.mask.causal, scale=cfg.scale,
-                                                dropout=self.weight_dropout)
-        return self.hook_z(out)
+        return self.hook_z(self.attention(q, k, v, bias=bias, mask=mask))
 
 
 class Head(_Attention):
     """One head of causal self-attention, as the chapter writes it: q, k, v without bias."""
 
     def __init__(self, config: ModelConfig, *, rngs: nnx.Rngs):
-        d, dh = config.d_model, config.head_dim
-        self.config = config
-        self.weight_dropout = _dropout(config, rngs)
-        self.q = _dense(config, rngs, d, dh, bias=config.qkv_bias)
-        self.k = _dense(config, rngs, d, dh, bias=config.qkv_bias)
-        self.v = _dense(config, rngs, d, dh, bias=config.qkv_bias)
-        self._hooks()
+        d, dh = config.d_model, config.d_head_used
+        super().__init__(config, rngs=rngs)
+        self.q = projection(config, rngs, d, dh, bias=config.qkv_bias)
+        self.k = projection(config, rngs, d, dh, bias=config.qkv_bias)
+        self.v = projection(config, rngs, d, dh, bias=config.qkv_bias)
 
     def __call__(self, x):                                   # [B, T, D] -> [B, T, D_head]
         q, k, v = (p(x)[..., None, :, :] for p in (self.q, self.k, self.v))
         return self._attend(q, k, v)[..., 0, :, :]
+
+    def head_weights(self) -> dict:
+        """q, k, v [1, D, D_head] and o (None: one head has no output projection)."""
+        return {"q": self.q.kernel[...][None], "k": self.k.kernel[...][None], "v": self.v.kernel[...][None], "o": None}
 
 
 class MultiHeadAttention(_Attention):
     """H heads of width D/H side by side (width is divided, not added), then W_o mixes them."""
 
     def __init__(self, config: ModelConfig, *, rngs: nnx.Rngs):
-        d, h, dh = config.d_model, config.num_heads, config.head_dim
-        self.config = config
-        self.qkv = _dense(config, rngs, d, 3 * h * dh, bias=config.qkv_bias)   # one matmul for all
-        self.out = _dense(config, rngs, h * dh, d, bias=config.bias)
-        self.weight_dropout = _dropout(config, rngs)
-        self._hooks()
+        d, h, dh = config.d_model, config.heads_used, config.d_head_used
+        self.qkv = projection(config, rngs, d, 3 * h * dh, bias=config.qkv_bias)   # one matmul for all
+        self.out = projection(config, rngs, h * dh, d, bias=config.bias)
+        super().__init__(config, rngs=rngs)      # after the projections: the order parameters are drawn in
 
     def __call__(self, x):                                   # [B, T, D] -> [B, T, D]
         *lead, T, _ = x.shape
-        h, dh = self.config.num_heads, self.config.head_dim
-        qkv = self.qkv(x).reshape(*lead, T, 3, h, dh)        # the kernel's columns are (q|k|v, head, width)
-        q, k, v = jnp.moveaxis(qkv, (-3, -2), (0, -3))       # each [B, H, T, D_head]
+        q, k, v = jnp.moveaxis(self.columns(self.qkv(x)), (-3, -2), (0, -3))   # each [B, H, T, D_head]
         out = self._attend(q, k, v)
-        out = jnp.swapaxes(out, -3, -2).reshape(*lead, T, h * dh)
+        out = jnp.swapaxes(out, -3, -2).reshape(*lead, T, -1)
         return self.out(out)
+
+    def columns(self, a):
+        """The last axis of the qkv product (or of its kernel) as [..., q|k|v, H, D_head]: its layout."""
+        return a.reshape(*a.shape[:-1], 3, self.config.heads_used, self.config.d_head_used)
+
+    def head_weights(self) -> dict:
+        """q, k, v [H, D, D_head] and o [H, D_head, D], read out of the shared kernels."""
+        q, k, v = (jnp.moveaxis(w, 1, 0) for w in jnp.moveaxis(self.columns(self.qkv.kernel[...]), 1, 0))
+        cfg = self.config
+        return {"q": q, "k": k, "v": v, "o": self.out.kernel[...].reshape(cfg.heads_used, cfg.d_head_used, cfg.d_model)}
 
 
 class FeedForward(nnx.Module):
     """Computation within a position: widen 4×, GELU (exact, or GPT-2's tanh form), narrow back."""
 
     def __init__(self, config: ModelConfig, *, rngs: nnx.Rngs):
-        self.up = _dense(config, rngs, config.d_model, config.d_ff, bias=config.bias)
-        self.down = _dense(config, rngs, config.d_ff, config.d_model, bias=config.bias)
+        self.up = projection(config, rngs, config.d_model, config.d_ff, bias=config.bias)
+        self.down = projection(config, rngs, config.d_ff, config.d_model, bias=config.bias)
         self.approximate = config.gelu == "tanh"
 
     def __call__(self, x):
@@ -160,7 +176,7 @@ class Block(nnx.Module):
         norm = lambda part: LayerNorm(config.d_model, bias=config.bias, eps=config.ln_eps) \
             if config.layer_norm and part is not None else None
         self.ln1, self.ln2 = norm(self.mixer), norm(self.ffn)
-        self.drop = _dropout(config, rngs)
+        self.drop = dropout(config, rngs)
         self.hook_resid_pre, self.hook_mixer_out, self.hook_resid_mid = Hook(), Hook(), Hook()
         self.hook_ffn_out, self.hook_resid_post = Hook(), Hook()
 
@@ -194,16 +210,16 @@ class LanguageModel(nnx.Module):
     def __init__(self, config: ModelConfig, *, rngs: nnx.Rngs):
         d = config.d_model
         self.config = config
-        self.token_embed = nnx.Embed(config.vocab_size, d, embedding_init=_embed_init(config.init), rngs=rngs)
-        self.position_embed = (nnx.Embed(config.position_rows, d, embedding_init=_embed_init(config.init), rngs=rngs)
+        self.token_embed = nnx.Embed(config.vocab_size, d, embedding_init=embedding_init(config.init), rngs=rngs)
+        self.position_embed = (nnx.Embed(config.max_positions_used, d, embedding_init=embedding_init(config.init), rngs=rngs)
                                if config.positions == "learned" else None)
-        self.drop = _dropout(config, rngs)
+        self.drop = dropout(config, rngs)
         self.blocks = nnx.List([Block(config, rngs=rngs) for _ in range(config.n_layers)])
         # Pre-norm leaves the residual stream unnormalised, so it gets one LayerNorm at the end.
         self.ln_f = (LayerNorm(d, bias=config.bias, eps=config.ln_eps)
                      if config.layer_norm and config.norm == "pre" else None)
         self.lm_head = None if config.tie_embeddings else \
-            _dense(config, rngs, d, config.vocab_size, bias=config.bias and config.output_bias)
+            projection(config, rngs, d, config.vocab_size, bias=config.bias and config.output_bias)
         self.hook_embed, self.hook_positions, self.hook_final = Hook(), Hook(), Hook()
         self.hook_ln_final, self.hook_logits = Hook(), Hook()
         self.cache_index, self.cache_len = nnx.data(None), 0     # while decoding: where the next position goes
@@ -212,13 +228,13 @@ class LanguageModel(nnx.Module):
         """Token ids [B, T] -> the residual stream's start [B, T, D]: token vectors plus positions."""
         cfg, T = self.config, tokens.shape[-1]
         check_ids(tokens, cfg.vocab_size)
-        dtype = _compute_dtype(cfg)
+        dtype = compute_dtype(cfg)
         x = self.token_embed(tokens)
         x = self.hook_embed(x if dtype is None else x.astype(dtype))
         rows = T if self.cache_index is None else self.cache_len
         if cfg.positions == "learned":
-            if rows > cfg.position_rows:
-                raise ConfigError(f"{rows} positions exceed the learned position table ({cfg.position_rows} rows); "
+            if rows > cfg.max_positions_used:
+                raise ConfigError(f"{rows} positions exceed the learned position table ({cfg.max_positions_used} rows); "
                                   "raise max_positions")
             x = x + self.hook_positions(self._at(self.position_embed.embedding[:rows], T).astype(x.dtype))
         elif cfg.positions == "sinusoidal":
@@ -253,13 +269,13 @@ class LanguageModel(nnx.Module):
         """Preallocate every mixer's cache for `batch` texts of up to `max_len` positions (default the
         context): each call then reads the next positions, from where the last one stopped."""
         cfg, max_len = self.config, max_len or self.config.context
-        if cfg.positions == "learned" and max_len > cfg.position_rows:
+        if cfg.positions == "learned" and max_len > cfg.max_positions_used:
             raise ConfigError(f"a cache of {max_len} positions passes the learned position table "
-                              f"({cfg.position_rows} rows); decode at most {cfg.position_rows}")
-        dtype = _compute_dtype(cfg) or jnp.float32
+                              f"({cfg.max_positions_used} rows); decode at most {cfg.max_positions_used}")
+        dtype = compute_dtype(cfg) or jnp.float32
         for block in self.blocks:
             if isinstance(block.mixer, _Attention):
-                block.mixer.cache = KVCache((batch, cfg.num_heads, max_len, cfg.head_dim), dtype)
+                block.mixer.cache = KVCache((batch, cfg.heads_used, max_len, cfg.d_head_used), dtype)
             elif isinstance(block.mixer, UniformAverage):
                 block.mixer.cache = KVCache((batch, max_len, cfg.d_model), dtype, keys=False)
         self.cache_index, self.cache_len = nnx.Cache(jnp.zeros((), jnp.int32)), max_len

@@ -1,7 +1,7 @@
 """GPT-2's own weights in our modules, and ours back out in its format.
 
     model = from_pretrained("gpt2")              # the hub, when online; or a folder of its files
-    tokenizer = load_tokenizer("path/to/folder")  # GPT-2's BPE, from the same folder
+    bpe = tokenizer("path/to/folder")             # GPT-2's BPE, from the same folder
     save(model, "out/")                            # config.json + model.safetensors, as Hugging Face writes them
 
 A GPT-2 checkpoint is a folder holding `config.json` and `model.safetensors`, as Hugging
@@ -66,11 +66,11 @@ def config_to_hf(config: ModelConfig) -> dict:
     gpt2 = dict(mixer="heads", positions="learned", residual=True, feed_forward=True, layer_norm=True, norm="pre",
                 scale=True, bias=True, qkv_bias=True)
     differ = [k for k, v in gpt2.items() if getattr(config, k) != v]
-    if differ or config.head_dim * config.n_heads != config.d_model:
+    if differ or config.d_head_used * config.n_heads != config.d_model:
         raise ConfigError(f"GPT-2's architecture cannot hold this model ({', '.join(differ) or 'd_head'} differ); "
                           "save a GPT-2-shaped ModelConfig: heads, learned positions, pre-norm, biases")
     return {"model_type": "gpt2", "architectures": ["GPT2LMHeadModel"], "vocab_size": config.vocab_size,
-            "n_positions": config.position_rows, "n_embd": config.d_model, "n_layer": config.n_layers,
+            "n_positions": config.max_positions_used, "n_embd": config.d_model, "n_layer": config.n_layers,
             "n_head": config.n_heads, "n_inner": config.d_ff, "layer_norm_epsilon": config.ln_eps,
             "activation_function": "gelu_new" if config.gelu == "tanh" else "gelu",
             "tie_word_embeddings": config.tie_embeddings, "resid_pdrop": 0.0, "embd_pdrop": 0.0, "attn_pdrop": 0.0}
@@ -186,7 +186,7 @@ def fetch(name: str) -> pathlib.Path:
     return pathlib.Path(paths[0]).parent
 
 
-def load_tokenizer(folder):
+def tokenizer(folder):
     """GPT-2's byte-level BPE from a checkpoint folder: tokenizer.json, or vocab.json and merges.txt."""
     import tokenizers
     folder = pathlib.Path(folder).expanduser()

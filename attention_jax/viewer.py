@@ -71,15 +71,14 @@ class AttentionView:
 
 
 def view(model, ids, labels=None, *, title: str = "attention") -> AttentionView:
-    """Every attention block's weights on one text (`ids` [T]), by the reference equation; `labels`:
-    how each token reads (default: its id)."""
+    """Every attention block's weights on one text (`ids` [T]); `labels`: how each token reads
+    (default: its id)."""
     import jax.numpy as jnp
-    from attention_jax.inspect import _attention_paths, run_with_cache, use_form
-    paths = _attention_paths(model)
+    from attention_jax.inspect import attention_blocks, run_with_cache
+    paths = attention_blocks(model)
     if not paths:
         raise ConfigError("this model has no attention blocks to view (its mixers are averages or none)")
     ids = np.asarray(ids).reshape(-1)
-    with use_form(model):
-        _, cache = run_with_cache(model, jnp.asarray(ids[None]), [f"{p}.weights" for p in paths])
-    weights = np.stack([np.asarray(cache[f"{p}.weights"][0], np.float32) for p in paths])
+    _, cache = run_with_cache(model, jnp.asarray(ids[None]), [f"{p}.attention.weights" for p in paths])
+    weights = np.stack([np.asarray(cache[f"{p}.attention.weights"][0], np.float32) for p in paths])
     return AttentionView(weights, labels if labels is not None else [str(int(i)) for i in ids], title=title)

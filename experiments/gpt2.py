@@ -45,19 +45,19 @@ def probes(model, ids: np.ndarray) -> dict:
     import jax
     import jax.numpy as jnp
     from flax import nnx
-    from attention_jax.inspect import logit_lens, patched, run_with_cache, use_form
+    from attention_jax.inspect import logit_lens, patched, run_with_cache
+    from attention_jax.speed import fast
     x, y = jnp.asarray(ids[None, :-1]), jnp.asarray(ids[None, 1:])
     L, H = model.config.n_layers, model.config.n_heads
     loss = lambda logits: float(-jnp.take_along_axis(jax.nn.log_softmax(logits[0]), y[0][:, None], 1).mean())
-    with use_form(model):
-        logits, cache = run_with_cache(model, x, ["blocks.*.mixer.weights", "blocks.*.mixer_out", "blocks.*.ffn_out",
-                                                  "embed", "positions"])
-        lens = logit_lens(model, x)
+    logits, cache = run_with_cache(model, x, ["blocks.*.mixer.attention.weights", "blocks.*.mixer_out",
+                                              "blocks.*.ffn_out", "embed", "positions"])
+    lens = logit_lens(model, x)
 
     @nnx.jit
     def without(model, keep):   # the heads where keep = 0 zeroed after their softmax, one compile for all
         zero = lambda i: lambda z: z * keep[i].astype(z.dtype)[:, None, None]
-        with patched(model, {f"blocks.{i}.mixer.z": zero(i) for i in range(L)}):
+        with patched(model, {f"blocks.{i}.mixer.z": zero(i) for i in range(L)}), fast(model):
             return model(x)
 
     base = loss(logits)
@@ -65,7 +65,7 @@ def probes(model, ids: np.ndarray) -> dict:
     for i in range(L):
         for h in range(H):
             ablated[i, h] = loss(without(model, jnp.ones((L, H)).at[i, h].set(0))) - base
-    weights = np.stack([np.asarray(cache[f"blocks.{i}.mixer.weights"][0]) for i in range(L)])   # [L, H, T, T]
+    weights = np.stack([np.asarray(cache[f"blocks.{i}.mixer.attention.weights"][0]) for i in range(L)])   # [L, H, T, T]
     norm = lambda a: float(np.linalg.norm(np.asarray(a)[0], axis=-1).mean())
     components = [{"part": "embedding + positions", "norm": norm(cache["embed"] + cache["positions"])}]
     for i in range(L):
@@ -119,7 +119,7 @@ def run(ctx) -> Result:
     load_s = time.perf_counter() - t0
     folder = source if pathlib.Path(source).expanduser().is_dir() else pretrained.fetch(source)
     try:
-        tokenizer = pretrained.load_tokenizer(folder)
+        tokenizer = pretrained.tokenizer(folder)
         ids, decode = np.asarray(tokenizer.encode(args.text).ids), lambda t: tokenizer.decode([int(t)])
     except Exception:          # a checkpoint without its tokenizer (the smoke's): bytes as ids
         ids = np.frombuffer(args.text.encode(), np.uint8).astype(np.int64) % model.config.vocab_size

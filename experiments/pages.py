@@ -1,7 +1,8 @@
 """The results pages: docs/results/<name>.md written from committed results files, never typed.
 
     python -m experiments.pages --take results    # copy a cpu-preset run's results.json and PNGs into docs/results/
-    python -m experiments.pages                   # write every page, the index and README's experiments table
+    python -m experiments.pages                   # write every page, the index, README's experiments table and
+                                                  # the current figures in docs/performance.md
     python -m experiments.pages --check           # exit 1 naming each page that differs from what it would write
 
 A page holds what ran the experiment and how long it took, the book's figures beside ours,
@@ -24,7 +25,11 @@ from experiments.harness import cli, report
 ROOT = pathlib.Path(__file__).resolve().parents[1]
 DOCS = ROOT / "docs" / "results"
 README = ROOT / "README.md"
+PERFORMANCE = ROOT / "docs" / "performance.md"
 BEGIN, END = "<!-- experiments table: python -m experiments.pages -->", "<!-- end of the experiments table -->"
+FIGURES = "<!-- current figures: python -m experiments.pages -->", "<!-- end of the current figures -->"
+# The benchmarks whose committed cpu-preset figures docs/performance.md shows, and the tables it carries whole.
+BENCHMARKS = {"throughput": ("Training step",), "generation": ("ms per token",), "complexity": ()}
 
 
 def names() -> list[str]:
@@ -151,11 +156,32 @@ def experiments_table(results: dict[str, dict], *, link: str) -> str:
 
 def readme_with_table(text: str, results: dict[str, dict]) -> str:
     """README.md with its experiments table (between the two markers) made from the results."""
-    if BEGIN not in text or END not in text:
-        raise ValueError(f"README.md has no {BEGIN} ... {END} section")
-    head, rest = text.split(BEGIN, 1)
-    _, tail = rest.split(END, 1)
-    return f"{head}{BEGIN}\n{experiments_table(results, link='docs/results/{name}.md')}\n{END}{tail}"
+    return between(text, (BEGIN, END), experiments_table(results, link="docs/results/{name}.md"), "README.md")
+
+
+def between(text: str, markers: tuple[str, str], body: str, where: str) -> str:
+    """`text` with what lies between its two marker lines replaced by `body`."""
+    begin, end = markers
+    if begin not in text or end not in text:
+        raise ValueError(f"{where} has no {begin} ... {end} section")
+    head, rest = text.split(begin, 1)
+    _, tail = rest.split(end, 1)
+    return f"{head}{begin}\n{body}\n{end}{tail}"
+
+
+def performance_figures(results: dict[str, dict]) -> str:
+    """The benchmarks' current figures, from their committed results: command, machine, claims, main tables."""
+    from experiments.harness.platform import describe_backend
+    md = []
+    for name, tables in BENCHMARKS.items():
+        r = results.get(name)
+        if r is None:
+            continue
+        md += [f"**[{name}](results/{name}.md)**: `{command(name, r)}`, {report.tally(r['claims'])}; ran on "
+               f"`{describe_backend(r['backend'])}`{_took(r)}.", ""]
+        md += [_claim(c) for c in r["claims"]] + [""]
+        md += [t for title, t in r.get("tables", {}).items() if title.startswith(tables) and tables] + [""] * bool(tables)
+    return "\n".join(md).rstrip()
 
 
 def expected() -> dict[pathlib.Path, str]:
@@ -164,6 +190,8 @@ def expected() -> dict[pathlib.Path, str]:
     files = {DOCS / f"{n}.md": page(n, r) for n, r in results.items()}
     files[DOCS / "index.md"] = index(results)
     files[README] = readme_with_table(README.read_text(encoding="utf-8"), results)
+    files[PERFORMANCE] = between(PERFORMANCE.read_text(encoding="utf-8"), FIGURES, performance_figures(results),
+                                 "docs/performance.md")
     return files
 
 

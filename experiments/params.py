@@ -30,11 +30,11 @@ def components(cfg: ModelConfig) -> dict[str, int]:
     """Parameters per component, read off the architecture by hand (the framework is not consulted);
     a block's parts (BLOCK_PARTS) are counted once, for one block."""
     d, V, b, f = cfg.d_model, cfg.vocab_size, int(cfg.bias), cfg.d_ff
-    width = cfg.num_heads * cfg.head_dim                       # all heads side by side
+    width = cfg.heads_used * cfg.d_head_used                       # all heads side by side
     norm = d + d * b                                           # scale, and shift when biased
     ffn = cfg.feed_forward
     return {"token_embed": V * d,
-            "position_embed": cfg.position_rows * d if cfg.positions == "learned" else 0,
+            "position_embed": cfg.max_positions_used * d if cfg.positions == "learned" else 0,
             "ln1": norm if cfg.layer_norm and cfg.mixer != "none" else 0,
             "mixer.qkv": 3 * (d * width + width * int(cfg.qkv_bias)) if cfg.mixer in ("head", "heads") else 0,
             "mixer.out": width * d + d * b if cfg.mixer == "heads" else 0,     # W_o: several heads only

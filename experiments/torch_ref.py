@@ -117,7 +117,7 @@ if torch is not None:
                     and cfg.norm == "pre" and cfg.residual and cfg.scale):
                 raise ValueError("the torch twin covers pre-norm blocks with heads, learned positions and an MLP")
             self.wte = torch.nn.Embedding(cfg.vocab_size, cfg.d_model)
-            self.wpe = torch.nn.Embedding(cfg.position_rows, cfg.d_model)
+            self.wpe = torch.nn.Embedding(cfg.max_positions_used, cfg.d_model)
             self.blocks = torch.nn.ModuleList(TwinBlock(cfg) for _ in range(cfg.n_layers))
             self.ln_f = torch.nn.LayerNorm(cfg.d_model, eps=cfg.ln_eps, bias=cfg.bias)
             self.lm_head = None if cfg.tie_embeddings else torch.nn.Linear(cfg.d_model, cfg.vocab_size,

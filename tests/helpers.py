@@ -18,7 +18,7 @@ from flax import nnx
 
 from attention_jax.config import ModelConfig, TrainConfig
 from attention_jax.data import CORPUS_NAME
-from attention_jax.train import Engine, fit, text_task
+from attention_jax.train import Engine, ProgramCache, fit, text_task
 
 # -- training: a 1-block model of width 32 on random tokens --------------------------------
 
@@ -32,10 +32,18 @@ TRAIN = _rng.integers(0, V, 4096).astype(np.int32)
 VAL = _rng.integers(0, V, 40 * T + 1).astype(np.int32)   # 40 windows: 16 + 16 + a ragged 8
 
 
+# The suite's compiled programs: every engine a test builds with `new_engine` shares them with the
+# others of its configuration in this worker (attention_jax.train.ProgramCache), as the lab's rows do.
+PROGRAMS = ProgramCache(maxsize=64)
+
+
+def new_engine(model_config=MC, train_config=TC, *, n_seeds=1, **kw) -> Engine:
+    return Engine(model_config, train_config, n_seeds=n_seeds, programs=PROGRAMS, **kw)
+
+
 def engines():
-    """engine(model_config, n_seeds) -> an Engine on the suite's smoke TrainConfig; engines of one
-    configuration share their compiled programs (attention_jax.train.engine.programs)."""
-    return lambda model_config=MC, n_seeds=1: Engine(model_config, TC, n_seeds=n_seeds)
+    """engine(model_config, n_seeds) -> an Engine on the suite's smoke TrainConfig (programs shared)."""
+    return lambda model_config=MC, n_seeds=1: new_engine(model_config, TC, n_seeds=n_seeds)
 
 
 def task(tc=TC):
@@ -43,7 +51,7 @@ def task(tc=TC):
 
 
 def run(model_config=MC, train_config=TC, *, engine=None, seeds=(0,), **kw):
-    engine = engine or Engine(model_config, train_config, n_seeds=len(seeds))
+    engine = engine or new_engine(model_config, train_config, n_seeds=len(seeds))
     return fit(engine, task(train_config), seeds=seeds, progress=False, **kw)
 
 

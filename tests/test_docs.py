@@ -113,3 +113,14 @@ def test_the_site_builds_strict(tmp_path):
                          capture_output=True, text=True, timeout=300, env={**os.environ, "NO_MKDOCS_2_WARNING": "1"})
     assert out.returncode == 0, out.stdout + out.stderr
     assert (tmp_path / "site" / "results" / "index.html").is_file()
+
+
+def test_the_guide_and_the_performance_page_are_short_and_undated():
+    """CONTRIBUTING.md is a guide (at most 120 lines), docs/performance.md what is measured, how, and
+    the current figures (at most 150): neither keeps a history of runs (git log does), so no dates."""
+    import re
+    date = re.compile(r"\b20\d\d-\d\d-\d\d\b")
+    for name, most in (("CONTRIBUTING.md", 120), ("docs/performance.md", 150)):
+        text = (ROOT / name).read_text(encoding="utf-8")
+        assert len(text.splitlines()) <= most, name
+        assert not date.findall(text), (name, date.findall(text))

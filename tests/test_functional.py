@@ -11,7 +11,8 @@ import torch
 import torch.nn.functional as TF
 
 from attention_jax import functional as F
-from attention_jax.memory_efficient import memory_efficient_attention
+from attention_jax.errors import ConfigError
+from attention_jax.speed.chunked import memory_efficient_attention
 
 torch.set_num_threads(1)
 
@@ -375,12 +376,34 @@ def test_sinusoidal_positions_match_the_vaswani_formula(d):
     chex.assert_trees_all_close(pe, expected.astype(np.float32), atol=1e-5)
 
 
+def test_a_causal_mask_of_some_queries_against_more_keys_is_the_triangle_s_rows():
+    full = np.asarray(F.causal_mask(7))
+    np.testing.assert_array_equal(F.causal_mask(7, 7), full)
+    np.testing.assert_array_equal(F.causal_mask(2, 7, positions=jnp.array([3, 4])), full[3:5])   # decoding
+    np.testing.assert_array_equal(F.causal_mask(3, 2, positions=jnp.array([-1, 0, 5])),
+                                  [[False, False], [True, False], [True, True]])
+    with pytest.raises(ConfigError, match="keys >= 0"):
+        F.causal_mask(3, -1)
+
+
 # --- per-position layers ------------------------------------------------------------------
 
 def test_dense_is_x_times_kernel_plus_bias(rng):
     x, w, b = normal(rng, 2, 3, 4), normal(rng, 4, 5), normal(rng, 5)
     chex.assert_trees_all_close(F.dense(x, w, b), x @ w + b, atol=1e-6)
     chex.assert_trees_all_close(F.dense(x, w), x @ w, atol=1e-6)
+    chex.assert_trees_all_close(F.dense(x[0, 0], w, b), x[0, 0] @ w + b, atol=1e-6)     # one vector
+    # forward mode too: the model as built differentiates either way
+    _, tangent = jax.jvp(lambda x: F.dense(x, w, b), (x,), (jnp.ones_like(x),))
+    chex.assert_trees_all_close(tangent, jnp.ones_like(x) @ w, atol=1e-5)
+
+
+def test_half_precision_dense_accumulates_in_float32_and_rounds_once(rng):
+    x, w, b = (jnp.asarray(normal(rng, *s), jnp.bfloat16) for s in ((3, 64), (64, 8), (8,)))
+    y = F.dense(x, w, b)
+    f32 = lambda a: np.asarray(a, np.float32)
+    assert y.dtype == jnp.bfloat16
+    np.testing.assert_allclose(f32(y), f32(jnp.asarray(f32(x) @ f32(w) + f32(b), jnp.bfloat16)), rtol=2**-7)
 
 
 def test_layer_norm_keeps_half_precision_dtype(rng):

@@ -97,3 +97,16 @@ def test_a_key_that_is_no_key_a_huge_n_and_a_temperature_float32_cannot_hold(mod
     greedy = generate(model, [1, 2], 5, temperature=0)
     for tiny in (1e-40, 1e-30):        # float32 0 is the greedy limit; a tiny one must not overflow to garbage
         np.testing.assert_array_equal(generate(model, [1, 2], 5, key=jax.random.key(0), temperature=tiny), greedy)
+
+
+def test_decoding_with_the_model_as_built_gives_the_tokens_the_speed_swap_gives(model):
+    """`generate` decodes with `Speed()` swapped in by default; `speed=None` with the model as built: the
+    same greedy tokens (the swap's numbers agree to float rounding, and these logits have no ties)."""
+    from attention_jax.speed import Speed
+    prompt = [[5, 1, 30], [2, 2, 9]]
+    fast = generate(model, prompt, 5, temperature=0)
+    assert generate(model, prompt, 5, temperature=0, speed=None).tolist() == fast.tolist()
+    assert generate(model, prompt, 5, temperature=0, speed=Speed(form="chunked", chunk=2)).tolist() == fast.tolist()
+    with pytest.raises(ConfigError, match="cannot compute positions='alibi'"):
+        generate(LanguageModel(ModelConfig(vocab_size=37, context=8, d_model=32, positions="alibi"), rngs=nnx.Rngs(0)),
+                 prompt, 2, temperature=0, speed=Speed(form="chunked"))

@@ -98,7 +98,7 @@ def test_raw_forward_equals_the_module_without_calling_it(small, change, monkeyp
             mp.setattr(cls, "__call__", forbidden)
         mine = np.asarray(E.raw_forward(model, ids, lambda step, shape: shapes.append(tuple(shape))))
     assert np.abs(mine - ref).max() <= 1e-5
-    T, d, H = len(ids), cfg.d_model, cfg.num_heads
+    T, d, H = len(ids), cfg.d_model, cfg.heads_used
     assert shapes[0] == (T, d) and (H, T, T) in shapes and (T, cfg.d_ff) in shapes and shapes[-1] == (T, 44)
     check = E.forward_check(model, ids, lambda *a: None)      # the command's check: the compiled module
     assert check["max_abs_diff"] <= 1e-5
@@ -142,7 +142,6 @@ def test_ablations_restore_the_model(small):
 
 
 @pytest.mark.slow
-@pytest.mark.filterwarnings("ignore::attention_jax.inspect.ReferenceSwitch")   # expected: test_inspect.py says why
 def test_data_driven_paths_equal_inspect_ablate(small):
     run = E.compiled()
     x = np.asarray(jax.random.randint(jax.random.key(2), (3, SMALL.context), 0, 44), np.int32)
@@ -160,8 +159,8 @@ def test_data_driven_paths_equal_inspect_ablate(small):
     # cached_run pads to the context: the first T positions are the unpadded run's
     ids = x[0, :11]
     cache = E.cached_run(small, ids)
-    assert cache["blocks.1.mixer.weights"].shape == (1, 4, 11, 11)
-    _, ref = nnx.jit(lambda m, t: run_with_cache(m, t, ["blocks.1.resid_post", "blocks.1.mixer.weights"]))(
+    assert cache["blocks.1.mixer.attention.weights"].shape == (1, 4, 11, 11)
+    _, ref = nnx.jit(lambda m, t: run_with_cache(m, t, ["blocks.1.resid_post", "blocks.1.mixer.attention.weights"]))(
         small, jnp.asarray(ids)[None])
     for name in ref:
         np.testing.assert_allclose(cache[name], np.asarray(ref[name]), atol=1e-5, err_msg=name)

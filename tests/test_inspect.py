@@ -12,14 +12,9 @@ from flax import nnx
 from attention_jax import functional as F
 from attention_jax.config import GPT2_SMALL, ModelConfig
 from attention_jax.errors import ConfigError, DataError
-from attention_jax.inspect import (ablate, capture_attention, count_params, head_weights, hook_names,
+from attention_jax.inspect import (ablate, attention_blocks, count_params, head_weights, hook_names,
                                    param_breakdown, patched, run_with_cache)
 from attention_jax.model import Block, LanguageModel
-
-# Reading scores and weights switches a fast attention form to the reference one, with a notice
-# (test_backends checks it). Expected here; unfiltered it travels to xdist's controller, which
-# imports this package, and so jax, to rebuild it.
-pytestmark = pytest.mark.filterwarnings("ignore::attention_jax.inspect.ReferenceSwitch")
 
 # The chapter's ladder: vocab 1024, d_model 128, each rung adds one thing to the one before.
 RUNG0 = ModelConfig(vocab_size=1024, context=128, d_model=128, mixer="none", positions="none",
@@ -91,12 +86,18 @@ def test_param_breakdown_of_a_model_matches_its_config_and_sums_to_count_params(
 
 # --- attention maps ---------------------------------------------------------------------------
 
+def weights(model, idx):
+    """Every attention block's weights, by run_with_cache, in block order."""
+    logits, cache = run_with_cache(model, idx, [f"{p}.attention.weights" for p in attention_blocks(model)] or None)
+    return logits, [cache[f"{p}.attention.weights"] for p in attention_blocks(model)]
+
+
 @pytest.mark.parametrize("mixer, heads", [("heads", 4), ("head", 1)])
-def test_capture_attention_returns_one_causal_stochastic_map_per_attention_block(mixer, heads):
+def test_each_attention_block_s_weights_are_a_causal_stochastic_map(mixer, heads):
     model = LanguageModel(dataclasses.replace(TINY, mixer=mixer), rngs=nnx.Rngs(0))
     idx = tokens()
-    logits, maps = capture_attention(model, idx)
-    chex.assert_trees_all_close(logits, model(idx), atol=1e-5)   # recording weights takes the reference path
+    logits, maps = weights(model, idx)
+    chex.assert_trees_all_close(logits, model(idx), atol=0)     # recording changes nothing: the model as built
     assert len(maps) == TINY.n_layers
     for w in maps:
         chex.assert_shape(w, (B, heads, T, T))
@@ -104,27 +105,39 @@ def test_capture_attention_returns_one_causal_stochastic_map_per_attention_block
         assert np.all(np.asarray(w)[..., ~np.asarray(F.causal_mask(T))] == 0.0)
 
 
-def test_captured_map_is_the_softmax_of_the_heads_own_scores():
+def test_a_fresh_model_shows_every_hook_point_with_no_notice_and_no_switch():
+    """The model as built is the reference: reading scores and weights swaps nothing, says nothing."""
+    import warnings
+    model = LanguageModel(ModelConfig(vocab_size=64, context=16, n_layers=2), rngs=nnx.Rngs(0))
+    before = parts(model)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        logits, cache = run_with_cache(model, jnp.arange(16)[None], names="blocks.*.mixer.attention.weights")
+    chex.assert_shape(cache["blocks.1.mixer.attention.weights"], (1, 4, 16, 16))
+    assert parts(model) == before
+
+
+def test_a_weights_map_is_the_softmax_of_the_heads_own_scores():
     model = LanguageModel(dataclasses.replace(TINY, mixer="head", n_layers=1), rngs=nnx.Rngs(0))
     idx = tokens()
-    _, (w,) = capture_attention(model, idx)
+    _, (w,) = weights(model, idx)
     head, ln1 = model.blocks[0].mixer, model.blocks[0].ln1
     x = ln1(model.token_embed(idx) + model.position_embed.embedding[:T])
     expected = F.attention_weights(head.q(x), head.k(x), mask=F.causal_mask(T))
     chex.assert_trees_all_close(w[:, 0], expected, atol=1e-6)
 
 
-def test_capture_attention_skips_blocks_without_attention():
+def test_a_model_without_attention_has_no_weights_to_show():
     model = LanguageModel(dataclasses.replace(TINY, mixer="average", positions="learned"), rngs=nnx.Rngs(0))
-    logits, maps = capture_attention(model, tokens())
-    assert maps == []
+    logits, maps = weights(model, tokens())
+    assert maps == [] and attention_blocks(model) == []
     chex.assert_shape(logits, (B, T, 50))
 
 
-def test_capture_attention_leaves_nothing_behind():
+def test_recording_leaves_nothing_behind():
     model = LanguageModel(TINY, rngs=nnx.Rngs(0))
     hooks_before = [type(m) for _, m in nnx.iter_modules(model)]
-    capture_attention(model, tokens())
+    weights(model, tokens())
     assert [type(m) for _, m in nnx.iter_modules(model)] == hooks_before     # every recorder swapped back
     model(tokens())
     assert len(nnx.state(model, nnx.Intermediate)) == 0
@@ -151,7 +164,7 @@ def test_run_with_cache_names_every_intermediate_and_they_fit_together():
         chex.assert_trees_all_close(cache[f"blocks.{i}.resid_mid"], x + cache[f"blocks.{i}.mixer_out"], atol=0)
         chex.assert_trees_all_close(cache[f"blocks.{i}.resid_mid"], mid, atol=1e-5)
         chex.assert_trees_all_close(cache[f"blocks.{i}.resid_post"], post, atol=1e-5)
-        w, scores = cache[f"blocks.{i}.mixer.weights"], cache[f"blocks.{i}.mixer.scores"]
+        w, scores = cache[f"blocks.{i}.mixer.attention.weights"], cache[f"blocks.{i}.mixer.attention.scores"]
         chex.assert_shape(scores, (B, TINY.n_heads, T, T))
         chex.assert_trees_all_close(w, F.masked_softmax(scores, F.causal_mask(T)), atol=0)
         chex.assert_trees_all_close(cache[f"blocks.{i}.mixer.z"], w @ cache[f"blocks.{i}.mixer.v"], atol=1e-5)
@@ -160,21 +173,15 @@ def test_run_with_cache_names_every_intermediate_and_they_fit_together():
                                 atol=1e-5)
 
 
-def test_run_with_cache_weights_equal_capture_attention_and_torch_layout():
-    model = LanguageModel(TINY, rngs=nnx.Rngs(1))
-    idx = tokens(1)
-    _, maps = capture_attention(model, idx)
-    _, cache = run_with_cache(model, idx, names="blocks.*.mixer.weights")
-    assert sorted(cache) == ["blocks.0.mixer.weights", "blocks.1.mixer.weights"]
-    for i, w in enumerate(maps):
-        chex.assert_trees_all_close(cache[f"blocks.{i}.mixer.weights"], w, atol=0)
-
-
 def test_run_with_cache_refuses_a_name_that_matches_nothing():
     model = LanguageModel(TINY, rngs=nnx.Rngs(0))
     with pytest.raises(ConfigError) as info:
         run_with_cache(model, tokens(), names=["blocks.7.resid_pre"])
     assert "blocks.7.resid_pre" in str(info.value) and "\n" not in str(info.value)
+    from attention_jax.speed import fast
+    with fast(model), pytest.raises(ConfigError) as info:        # the faster forms hold no weights: it says so
+        run_with_cache(model, tokens(), names="blocks.0.mixer.attention.weights")
+    assert "computed by a faster form" in str(info.value) and "blocks.0.mixer.attention" in str(info.value)
 
 
 def test_head_views_rebuild_the_attention_output():
@@ -278,8 +285,8 @@ def test_the_bidirectional_mask_lets_a_position_see_the_future():
     assert first() == 0.0                                         # causal: position 0 is blind to the last
     with ablate(model, bidirectional=True):
         assert first() > 1e-4
-        _, cache = run_with_cache(model, idx, names="blocks.0.mixer.weights")
-        assert np.all(np.asarray(cache["blocks.0.mixer.weights"]) > 0)    # every weight, the future's too
+        _, cache = run_with_cache(model, idx, names="blocks.0.mixer.attention.weights")
+        assert np.all(np.asarray(cache["blocks.0.mixer.attention.weights"]) > 0)    # every weight, the future's too
     assert first() == 0.0
 
 

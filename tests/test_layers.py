@@ -9,7 +9,7 @@ import pytest
 from flax import nnx
 
 from attention_jax.errors import DataError
-from attention_jax.layers import Bidirectional, CausalMask, Dense, Hook, LayerNorm, _embed_init, check_ids
+from attention_jax.layers import Bidirectional, CausalMask, Dense, Hook, LayerNorm, check_ids, embedding_init
 
 
 @pytest.mark.parametrize("init", ["torch", "gpt2"])
@@ -53,7 +53,7 @@ def test_gpt2_init_is_normal_with_std_0_02_and_zero_biases():
 
 @pytest.mark.parametrize("init, std", [("torch", 1.0), ("gpt2", 0.02)])
 def test_embedding_init_is_normal_with_the_inits_std(init, std):
-    table = np.asarray(_embed_init(init)(jax.random.key(0), (256, 64)))
+    table = np.asarray(embedding_init(init)(jax.random.key(0), (256, 64)))
     np.testing.assert_allclose(table.std(), std, rtol=0.02)
     assert abs(table.mean()) < 0.02 * std
 

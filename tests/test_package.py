@@ -71,3 +71,14 @@ def test_no_library_string_names_a_command_line_flag():
              for p in SOURCES for line, text in _strings(p) if flag.search(text)}
     assert found == {}
 
+
+
+def test_no_library_function_is_over_60_lines():
+    long = {}
+    for p in SOURCES:
+        for node in ast.walk(ast.parse(p.read_text(encoding="utf-8"))):
+            if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)):
+                lines = node.end_lineno - node.lineno + 1
+                if lines > 60:
+                    long[f"{p.relative_to(ROOT).as_posix()}:{node.name}"] = lines
+    assert long == {}

@@ -50,6 +50,14 @@ def splits():
     return train, val[:SMOKE_HELD_OUT_TOKENS]
 
 
+def smoke_row():
+    """(config, training config, task) of the smoke ladder's ROW, as the command line trains it."""
+    train_split, val = splits()
+    cfg, tc = by_name(LADDER, ROW).config, ladder.PRESETS["smoke"]
+    return cfg, tc, text_task(train_split, val, batch_size=tc.batch_size, context=cfg.context,
+                              train_eval_windows=tc.train_eval_windows)
+
+
 def test_load_model_reproduces_the_rows_val_perplexity_exactly(trained):
     out, record = trained
     folder = out / "ladder"
@@ -65,10 +73,8 @@ def test_load_model_reproduces_the_rows_val_perplexity_exactly(trained):
 def test_a_measure_added_later_is_computed_from_the_checkpoint(trained):
     out, record = trained
     folder = out / "ladder"
-    train_split, val = splits()
-    cfg, tc = by_name(LADDER, ROW).config, ladder.PRESETS["smoke"]
-    task = text_task(train_split, val, batch_size=tc.batch_size, context=cfg.context,
-                     train_eval_windows=tc.train_eval_windows)
+    cfg, tc, task = smoke_row()
+    _, val = splits()
     measure = {"at_64": lambda engine, state: {"ppl": engine.perplexity(state, val, context=64).tolist()}}
     again = rows.train_row(ROW, cfg, tc, task, preset="smoke", seeds=[0], folder=folder, progress=False,
                            measures=measure)
@@ -87,10 +93,8 @@ def test_a_finished_row_whose_checkpoint_is_gone_is_retrained_alone_when_reopene
     folder = tmp_path / "ladder"
     shutil.copytree(out / "ladder", folder)
     shutil.rmtree(folder / "runs" / record["key"] / "checkpoints")
-    train_split, val = splits()
-    cfg, tc = by_name(LADDER, ROW).config, ladder.PRESETS["smoke"]
-    task = text_task(train_split, val, batch_size=tc.batch_size, context=cfg.context,
-                     train_eval_windows=tc.train_eval_windows)
+    cfg, tc, task = smoke_row()
+    _, val = splits()
     again = lambda **kw: rows.train_row(ROW, cfg, tc, task, preset="smoke", seeds=[0], folder=folder,
                                         progress=False, **kw)
     assert again()["cached"]                                 # figures only: the record is enough
@@ -140,11 +144,44 @@ def test_a_record_without_a_digest_is_trained_again_not_trusted(trained, tmp_pat
     data = json.loads(path.read_text())
     assert len(data.pop("digest")) == 64
     path.write_text(json.dumps(data))
-    train_split, val = splits()
-    cfg, tc = by_name(LADDER, ROW).config, ladder.PRESETS["smoke"]
-    task = text_task(train_split, val, batch_size=tc.batch_size, context=cfg.context,
-                     train_eval_windows=tc.train_eval_windows)
+    cfg, tc, task = smoke_row()
     again = rows.train_row(ROW, cfg, tc, task, preset="smoke", seeds=[0], folder=folder, progress=False)
     assert not again["cached"] and again["final"] == record["final"]          # recomputed, the same figures
     assert "is damaged or belongs to another row; training it again" in capsys.readouterr().err
     assert len(json.loads(path.read_text())["digest"]) == 64                 # and written with its digest
+
+
+# Keys made by the code before ModelConfig's attention fields moved to the speed swap (4a4ef29):
+# a row finished then is still finished now.
+KEYS_BEFORE = [("layer_norm", {}, "cpu", [0], None, "layer_norm-f3d08d6f8dbd"),
+               ("two_blocks", {}, "cpu", [0, 1, 2], {"corpus": "mine", "sha256": "ab"}, "two_blocks-6b2f01b1f2e8"),
+               ("tiny", {"form": "chunked", "chunk": 64}, "smoke", [0], None, "tiny-be5d0d765679"),
+               ("tanh", {"matmul_dtype": "bfloat16"}, "smoke", [0], None, "tanh-b3f70290628c")]
+
+
+@pytest.mark.parametrize("name, speed, preset, seeds, task, key", KEYS_BEFORE, ids=[k[0] for k in KEYS_BEFORE])
+def test_a_row_keeps_the_key_it_had_before_its_attention_form_left_the_config(name, speed, preset, seeds, task, key):
+    import dataclasses
+    from attention_jax.speed import Speed
+    from experiments.configs import LADDER_BUDGETS, TINY_GPT
+    config = {"layer_norm": LADDER[8].config, "two_blocks": LADDER[9].config, "tiny": TINY_GPT,
+              "tanh": dataclasses.replace(TINY_GPT, gelu="tanh")}[name]
+    assert rows.row_key(name, config, LADDER_BUDGETS[preset], preset, seeds, task, Speed(**speed)) == key
+    assert rows.unspelled(rows.spelled(config, Speed(**speed))) == (config, Speed(**speed))
+
+
+def test_an_unfinished_row_of_another_version_trains_from_the_start_saying_so(trained, tmp_path, capsys):
+    """Its checkpoint folder names its run otherwise (an older run.json): not resumed, not refused."""
+    import shutil
+    out, record = trained
+    folder = tmp_path / "ladder"
+    shutil.copytree(out / "ladder", folder)
+    (folder / "rows" / f"{record['key']}.json").unlink()                   # the row is not finished
+    run = folder / "runs" / record["key"] / "run.json"
+    old = json.loads(run.read_text())
+    old["model"]["attention"] = "auto"                                      # as the config spelled it once
+    run.write_text(json.dumps(old))
+    cfg, tc, task = smoke_row()
+    again = rows.train_row(ROW, cfg, tc, task, preset="smoke", seeds=[0], folder=folder, progress=False)
+    assert "written by another version of this code; training that row from the start" in capsys.readouterr().err
+    assert again["resumed_from"] == 0 and again["final"] == record["final"]

@@ -1,4 +1,5 @@
-"""Chunked online-softmax attention equals the plain n×n computation, forward and backward."""
+"""attention_jax.speed.chunked: online-softmax attention in chunks equals the plain n×n computation,
+forward and backward."""
 
 import functools
 
@@ -9,7 +10,7 @@ import numpy as np
 import pytest
 
 from attention_jax import functional as F
-from attention_jax.memory_efficient import memory_efficient_attention
+from attention_jax.speed.chunked import memory_efficient_attention
 
 N, D = 37, 8   # 37 is not a multiple of the chunk size 8: the last chunk is padded
 

@@ -1,5 +1,5 @@
-"""attention_jax.kernels: the dense layer with a hand-written backward gives the numbers of x·W (+ b)
-left to autodiff, per seed under vmap too, and its bfloat16 path equals float32 arithmetic on the
+"""attention_jax.speed.dense: the dense layer with a hand-written backward gives the numbers of x·W (+ b)
+left to autodiff (`functional.dense`, the model as built), per seed under vmap too, and its bfloat16 path equals float32 arithmetic on the
 same rounded numbers up to the final rounding."""
 
 import chex
@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 
 from attention_jax import functional as F
-from attention_jax import kernels
+from attention_jax.speed import dense as kernels
 
 
 @pytest.mark.parametrize("n_in, n_out, bias", [(8, 24, True), pytest.param(24, 8, True, marks=pytest.mark.slow),
@@ -26,13 +26,13 @@ def test_dense_gradients_equal_plain_einsum_gradients(n_in, n_out, bias, rng):
 
     loss = lambda f: (lambda x, w, b: jnp.sum(jnp.sin(f(x, w, b)) * probe))
     argnums = (0, 1, 2) if bias else (0, 1)
-    ours = jax.jit(jax.grad(loss(F.dense), argnums))(x, w, b)
+    ours = jax.jit(jax.grad(loss(kernels.dense), argnums))(x, w, b)
     theirs = jax.jit(jax.grad(loss(plain), argnums))(x, w, b)
-    chex.assert_trees_all_close(F.dense(x, w, b), plain(x, w, b), atol=1e-6)
+    chex.assert_trees_all_close(kernels.dense(x, w, b), F.dense(x, w, b), atol=1e-6)
     chex.assert_trees_all_close(ours, theirs, atol=1e-5)
     # and per seed under vmap, as the engine trains several seeds at once
     ws = np.stack([w, 2 * w])
-    per_seed = jax.vmap(lambda w: jax.grad(loss(F.dense), 1)(x, w, b))(ws)
+    per_seed = jax.vmap(lambda w: jax.grad(loss(kernels.dense), 1)(x, w, b))(ws)
     chex.assert_trees_all_close(per_seed, jax.vmap(lambda w: jax.grad(loss(plain), 1)(x, w, b))(ws), atol=1e-5)
 
 
@@ -48,10 +48,10 @@ def test_bfloat16_dense_equals_float32_on_the_same_rounded_numbers(lead, n_in, n
     probe = bf16(rng.standard_normal((*lead, n_out)))
 
     def loss(x, w, b):
-        return jnp.sum(F.dense(x, w, b).astype(jnp.float32) * probe)
+        return jnp.sum(kernels.dense(x, w, b).astype(jnp.float32) * probe)
 
     low = [jnp.asarray(a, jnp.bfloat16) for a in (x, w, b)]
-    y = jax.jit(F.dense)(*low)
+    y = jax.jit(kernels.dense)(*low)
     assert y.dtype == jnp.bfloat16
     np.testing.assert_allclose(np.asarray(y, np.float32), x @ w + b, rtol=1e-2, atol=1e-2)
     grads = jax.jit(jax.grad(loss, (0, 1, 2)))(*low)
@@ -68,7 +68,7 @@ def test_bfloat16_products_in_a_float32_layer_round_the_products_inputs_alone(le
     bf16 = lambda a: np.asarray(jnp.asarray(a, jnp.bfloat16), np.float32)
     x, w, b = (rng.standard_normal(s).astype(np.float32) for s in ((*lead, 24), (24, 8), (8,)))
     dy = rng.standard_normal((*lead, 8)).astype(np.float32)
-    y, pull = jax.vjp(lambda x, w, b: F.dense(x, w, b, operands=jnp.bfloat16), x, w, b)
+    y, pull = jax.vjp(lambda x, w, b: kernels.dense(x, w, b, operands=jnp.bfloat16), x, w, b)
     dx, dw, db = pull(dy)
     assert {a.dtype for a in (y, dx, dw, db)} == {jnp.dtype(jnp.float32)}
     xr, wr, dyr = bf16(x), bf16(w), bf16(dy)

@@ -1,6 +1,7 @@
-"""The attention forms: each equals the reference equation, forward and gradients; the fused kernel's choice."""
+"""attention_jax.speed.forms: each form equals the reference equation, forward and gradients, as a
+function; which form "auto" is; the fused kernel's choice. (In the model, by the swap: test_speed_swap.)"""
 
-import dataclasses
+import functools
 import warnings
 
 import chex
@@ -8,29 +9,14 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
-from flax import nnx
 
-from attention_jax import backends
 from attention_jax import functional as F
-from attention_jax.config import ModelConfig
-from attention_jax.inspect import ReferenceSwitch, attention_forms, run_with_cache, use_form
-from attention_jax.memory_efficient import memory_efficient_attention
-from attention_jax.model import LanguageModel
-
-TINY = ModelConfig(vocab_size=50, context=8, d_model=32, n_layers=2, n_heads=4)
-B, T = 2, 8
-
-
-def config(**kw):
-    return dataclasses.replace(TINY, **kw)
+from attention_jax.speed import forms as backends
+from attention_jax.speed.chunked import memory_efficient_attention
 
 
 def normal(rng, *shape):
     return rng.standard_normal(shape).astype(np.float32)
-
-
-def tokens(seed=0):
-    return jnp.asarray(np.random.default_rng(seed).integers(0, 50, (B, T)), jnp.int32)
 
 
 # --- the forms as functions --------------------------------------------------------------------
@@ -39,7 +25,7 @@ def tokens(seed=0):
 @pytest.mark.parametrize("causal", [True, pytest.param(False, marks=pytest.mark.slow)])
 def test_every_form_equals_the_reference_forward_and_gradients(name, causal, rng):
     q, k, v, g = (jnp.asarray(normal(rng, 2, 3, 9, 8)) for _ in range(4))    # odd T: uneven halves and chunks
-    form = backends.form(config(attention_chunk=4), name)   # chunks of 4: three over 9 positions
+    form = functools.partial(backends.chunked, chunk=4) if name == "chunked" else backends.FORMS[name]   # 3 chunks of 9
     loss = lambda f: lambda q, k, v: jnp.sum(f(q, k, v, causal=causal) * g)
     # Compiled: one program each, where eager would compile every operation of the form (CPU).
     want, want_grads = jax.jit(jax.value_and_grad(loss(backends.reference), argnums=(0, 1, 2)))(q, k, v)
@@ -129,68 +115,13 @@ def test_a_fully_masked_half_gives_zero_weights_not_nan():
     assert np.all(np.isfinite(np.asarray(out))) and np.all(np.asarray(w) == 0.0)
 
 
-# --- in the model --------------------------------------------------------------------------------
-
-# One compile per model structure, not one per operation (eager on CPU compiles each op); at module
-# level, so the three forms' tests of one (mixer, positions) share the reference form's program.
-@nnx.jit
-def logits_and_grads(m, idx):
-    def loss(m):
-        logits = m(idx)
-        return jnp.mean(jax.nn.log_softmax(logits)[..., 0]), logits
-    grads, logits = nnx.grad(loss, has_aux=True)(m)
-    return logits, nnx.state(grads, nnx.Param)
-
-
-@pytest.mark.slow
-@pytest.mark.parametrize("name", ["causal_halves", "chunked", "fused"])
-@pytest.mark.parametrize("mixer, positions", [("heads", "learned"), ("heads", "rope"), ("head", "rope"),
-                                              ("heads", "alibi"), ("heads", "none")])
-def test_every_form_in_the_model_equals_the_reference_forward_and_gradients(name, mixer, positions):
-    if name == "chunked" and positions == "alibi":
-        pytest.skip("refused at construction (test_config)")
-    cfg = config(mixer=mixer, positions=positions, attention="reference", attention_chunk=4)   # T=8: two chunks
-    ref = LanguageModel(cfg, rngs=nnx.Rngs(0))
-    other = LanguageModel(dataclasses.replace(cfg, attention=name), rngs=nnx.Rngs(0))      # the same weights
-    assert attention_forms(other)["blocks.0.mixer"] == name and attention_forms(ref)["blocks.0.mixer"] == "reference"
-    idx = tokens()
-    (got, got_grads), (want, want_grads) = logits_and_grads(other, idx), logits_and_grads(ref, idx)
-    chex.assert_trees_all_close(got, want, atol=2e-5)
-    chex.assert_trees_all_close(got_grads, want_grads, atol=2e-5)
-
-
-@pytest.mark.slow
-def test_a_hook_on_the_weights_switches_to_the_reference_form_with_one_notice():
-    model = LanguageModel(config(attention="chunked", attention_chunk=4), rngs=nnx.Rngs(0))
-    with pytest.warns(ReferenceSwitch, match=r"blocks.0.mixer \(chunked\): scores and weights exist only"):
-        logits, cache = run_with_cache(model, tokens(), names="blocks.0.mixer.weights")
-    chex.assert_shape(cache["blocks.0.mixer.weights"], (B, 4, T, T))
-    chex.assert_trees_all_close(logits, model(tokens()), atol=2e-5)
-    assert attention_forms(model) == {"blocks.0.mixer": "chunked", "blocks.1.mixer": "chunked"}   # put back
-    with warnings.catch_warnings():
-        warnings.simplefilter("error")          # asked for, or not needed: no notice
-        with use_form(model):
-            run_with_cache(model, tokens(), names="blocks.*.mixer.weights")
-        run_with_cache(model, tokens(), names="blocks.0.mixer.z")
-
-
 # --- which form "auto" is, and the fused kernel ----------------------------------------------------
 
 def test_auto_is_causal_halves_on_a_cpu_and_fused_on_an_accelerator():
-    cfg = config(attention="auto")
-    assert backends.resolve(cfg, "cpu") == "causal_halves"
-    assert backends.resolve(cfg, "gpu") == backends.resolve(cfg, "tpu") == "fused"
-    assert backends.resolve(dataclasses.replace(cfg, dropout=0.1), "gpu") == "causal_halves"   # fused has no dropout
-    assert backends.resolve(config(attention="chunked"), "gpu") == "chunked"
-
-
-def test_the_form_is_named_as_a_run_reports_it():
-    cfg = config(attention="auto")
-    assert backends.describe(cfg, "cpu") == "causal_halves"
-    assert backends.describe(cfg, "gpu") == backends.describe(cfg, "tpu") == "fused (XLA)"   # float32
-    assert backends.describe(dataclasses.replace(cfg, dtype="bfloat16"), "gpu") == "fused (cuDNN)"
-    assert backends.describe(dataclasses.replace(cfg, dtype="bfloat16"), "tpu") == "fused (XLA)"
-    assert backends.describe(config(attention="chunked", attention_chunk=16), "gpu") == "chunked (16 positions a chunk)"
+    assert backends.choose("auto", backend="cpu") == "causal_halves"
+    assert backends.choose("auto", backend="gpu") == backends.choose("auto", backend="tpu") == "fused"
+    assert backends.choose("auto", dropout=0.1, backend="gpu") == "causal_halves"   # fused has no dropout
+    assert backends.choose("chunked", backend="gpu") == "chunked"
 
 
 def test_the_fused_kernel_is_cudnn_only_for_half_precision_on_an_nvidia_gpu():
@@ -229,23 +160,3 @@ def test_a_cudnn_refusal_while_tracing_falls_back_to_xla_with_a_warning(monkeypa
         jax.jit(lambda x: backends.fused(x, x, x, bias=F.alibi_bias(4, 15)))(odd)
         with pytest.raises(ValueError):    # a call that is wrong whatever the kernel: its own error, no cuDNN warning
             backends.fused(q, k[..., :4], v)
-
-
-def test_a_mask_of_its_own_is_applied_by_the_reference_form_and_refused_by_the_others():
-    from attention_jax.errors import ConfigError
-    from attention_jax.inspect import replaced
-    from attention_jax.model import CausalMask
-
-    class Everything(CausalMask):         # every position sees the whole window, as a mask matrix
-        def __call__(self, T):
-            return jnp.ones((T, T), bool)
-
-    model = LanguageModel(config(n_layers=1), rngs=nnx.Rngs(0))
-    with replaced(model, {"blocks.0.mixer.mask": Everything()}):
-        with pytest.raises(ConfigError, match="Everything is applied by the reference form only"):
-            model(tokens())
-        with use_form(model):
-            seen = model(tokens())
-    with replaced(model, {"blocks.0.mixer.mask": Everything(), "blocks.0.mixer.form": "reference"}):
-        np.testing.assert_array_equal(seen, model(tokens()))
-    assert not np.allclose(seen[:, 0], model(tokens())[:, 0])   # the first position saw the future

@@ -1,7 +1,7 @@
 """experiments/throughput on its smoke preset, its arithmetic (the model's FLOPs, CPU devices for
 the batch), a failing contestant, and the profile's op tables. That the fast paths it measures
-give the plain formulas' numbers is tested with their modules: test_kernels (dense's backward),
-test_backends (attention in causal halves)."""
+give the plain formulas' numbers is tested with their modules: test_speed_dense (dense's backward),
+test_speed_forms (attention in causal halves)."""
 from __future__ import annotations
 
 import json

@@ -18,7 +18,7 @@ from attention_jax.errors import ConfigError, TrainingDiverged
 from attention_jax.train import Engine, unstack_seed
 from attention_jax.train import loop
 
-from helpers import MC, TC, assert_same_state, leaves, one_line, run
+from helpers import MC, TC, assert_same_state, leaves, new_engine, one_line, run
 
 
 pytestmark = pytest.mark.usefixtures("private_cache")   # no test here may touch the user's cache
@@ -36,7 +36,7 @@ def test_killed_run_resumes_bit_for_bit(tmp_path, monkeypatch, engine, dropout, 
     """
     mc = dataclasses.replace(MC, dropout=dropout)
     tc = dataclasses.replace(TC, eval_every=2)   # the curve of evaluations must survive the kill too
-    eng = Engine(mc, tc)
+    eng = new_engine(mc, tc)
     reference = run(mc, tc, engine=eng, workdir=tmp_path / "unbroken")
     assert reference.resumed_from == 0
     assert [h["step"] for h in reference.history] == [2, 4, 6, 8]
@@ -129,7 +129,7 @@ def test_steps_per_call_divides_the_run_and_its_intervals():
 
 @pytest.fixture(scope="module")
 def engine12():
-    return Engine(MC, TC12)
+    return new_engine(MC, TC12)
 
 
 def counting(monkeypatch, eng) -> dict:
@@ -168,7 +168,7 @@ def test_several_steps_per_call_train_like_one(tmp_path, monkeypatch, engine12):
 def test_several_steps_per_call_with_vmapped_seeds_and_dropout():
     """Metrics [K, seeds] and block norms [K, seeds, blocks] come back one record per step."""
     mc = dataclasses.replace(MC, dropout=0.1)
-    eng = Engine(mc, TC12, n_seeds=2)
+    eng = new_engine(mc, TC12, n_seeds=2)
     one = run(mc, TC12, engine=eng, seeds=(0, 1), steps_per_call=1)
     four = run(mc, TC12, engine=eng, seeds=(0, 1), steps_per_call=4)
     assert [m["step"] for m in four.train_log] == list(range(1, 13))
@@ -294,7 +294,7 @@ def test_metrics_read_back_stop_at_the_checkpoint_and_skip_damaged_lines(tmp_pat
 
 
 def test_fit_refuses_seeds_the_engine_was_not_built_for_before_any_work(tmp_path):
-    eng = Engine(MC, TC)                 # built, not compiled: nothing has run yet
+    eng = new_engine(MC, TC)                 # built, not compiled: nothing has run yet
     with pytest.raises(ConfigError) as info:
         run(engine=eng, seeds=(0, 1), workdir=tmp_path / "run")
     assert one_line(info.value) == "2 seed(s) for an engine built for 1; build it with Engine(..., n_seeds=2)"
@@ -329,7 +329,8 @@ def test_a_stop_event_the_caller_owns_ends_the_run_at_its_next_step_keeping_it(t
         return base.sample(seed, step)
 
     with pytest.raises(KeyboardInterrupt):
-        loop.fit(Engine(MC, TC), dataclasses.replace(base, sample=sample), workdir=tmp_path, progress=False, stop=stop)
+        loop.fit(new_engine(MC, TC), dataclasses.replace(base, sample=sample), workdir=tmp_path, progress=False,
+                 stop=stop)
     assert sorted(int(p.name) for p in (tmp_path / "checkpoints").iterdir() if p.name.isdigit()) == [3, 5]
     stop.clear()
-    assert loop.fit(Engine(MC, TC), base, workdir=tmp_path, progress=False, stop=stop).resumed_from == 5
+    assert loop.fit(new_engine(MC, TC), base, workdir=tmp_path, progress=False, stop=stop).resumed_from == 5

@@ -12,7 +12,7 @@ from flax import nnx
 from attention_jax import viewer
 from attention_jax.config import ModelConfig
 from attention_jax.errors import ConfigError
-from attention_jax.inspect import run_with_cache, use_form
+from attention_jax.inspect import run_with_cache
 from attention_jax.model import LanguageModel
 
 CHROMIUM = shutil.which("chromium") or shutil.which("chromium-browser")
@@ -28,9 +28,8 @@ def tiny(T=12, layers=2, heads=4):
 
 
 def weights_of(model, ids) -> np.ndarray:
-    with use_form(model):
-        _, cache = run_with_cache(model, jnp.asarray(ids[None]), "blocks.*.mixer.weights")
-    return np.stack([np.asarray(cache[f"blocks.{i}.mixer.weights"][0]) for i in range(len(model.blocks))])
+    _, cache = run_with_cache(model, jnp.asarray(ids[None]), "blocks.*.mixer.attention.weights")
+    return np.stack([np.asarray(cache[f"blocks.{i}.mixer.attention.weights"][0]) for i in range(len(model.blocks))])
 
 
 def test_the_page_carries_the_models_weights_and_needs_nothing_from_outside():

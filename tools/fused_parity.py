@@ -3,7 +3,7 @@
     python tools/fused_parity.py
 
 For float32, bfloat16 and float16 operands, with and without an ALiBi bias: the kernel
-`backends.fused_kernel` chooses on this backend, whether the compiled program really calls cuDNN
+`speed.forms.fused_kernel` chooses on this backend, whether the compiled program really calls cuDNN
 (its `__cudnn$fmha` custom call in the HLO: exit 1 when the kernel chosen is not the one
 that runs), and the largest difference from the reference
 attention computed in float32 (`F.attention` under the causal mask), forward and in the
@@ -17,7 +17,7 @@ import sys
 import jax
 import jax.numpy as jnp
 
-from attention_jax import backends
+from attention_jax.speed import forms as backends
 from attention_jax import functional as F
 
 TOLERANCE = {"float32": 1e-4, "bfloat16": 5e-2, "float16": 1e-2}   # of |diff| / max |reference|

@@ -15,6 +15,8 @@ import math
 import jax
 import jax.numpy as jnp
 
+from attention_jax import functional as F
+
 
 def _pad_to(x: jax.Array, multiple: int) -> jax.Array:
     n = x.shape[-2]
@@ -47,58 +49,65 @@ def memory_efficient_attention(q, k, v, *, causal: bool = True, chunk_size: int 
         x = jnp.broadcast_to(x, lead + x.shape[-2:]).astype(jnp.float32)
         return x.reshape(-1, *x.shape[-2:])
 
-    qf = flat(q) * (1.0 / math.sqrt(d) if scale else 1.0)
-    qf = _pad_to(qf, q_chunk)
+    qf = _pad_to(flat(q) * (1.0 / math.sqrt(d) if scale else 1.0), q_chunk)
     kf, vf = _pad_to(flat(k), k_chunk), _pad_to(flat(v), k_chunk)
     m = qf.shape[0]
-    n_q_chunks, n_k_chunks = qf.shape[1] // q_chunk, kf.shape[1] // k_chunk
     # Chunk axis first, so `lax.map` / `lax.scan` iterate over it.
-    q_blocks = qf.reshape(m, n_q_chunks, q_chunk, d).swapaxes(0, 1)
-    k_blocks = kf.reshape(m, n_k_chunks, k_chunk, -1).swapaxes(0, 1)
-    v_blocks = vf.reshape(m, n_k_chunks, k_chunk, -1).swapaxes(0, 1)
+    q_blocks = qf.reshape(m, qf.shape[1] // q_chunk, q_chunk, d).swapaxes(0, 1)
+    k_blocks = kf.reshape(m, kf.shape[1] // k_chunk, k_chunk, -1).swapaxes(0, 1)
+    v_blocks = vf.reshape(m, vf.shape[1] // k_chunk, k_chunk, -1).swapaxes(0, 1)
+    one = _query_chunk(k_blocks, v_blocks, n_k, causal)
+    q_starts = jnp.arange(q_blocks.shape[0]) * q_chunk
+    out = jax.lax.map(one, (q_blocks, q_starts))                  # [chunks, M, q_chunk, d_v]
     d_v = v_blocks.shape[-1]
+    out = out.swapaxes(0, 1).reshape(m, -1, d_v)[:, :n_q]
+    return out.reshape(*lead, n_q, d_v).astype(out_dtype)
+
+
+def _visit(carry, q_blk, k_blk, v_blk, q_idx, k_start, n_k: int, causal: bool):
+    """One key chunk into a query chunk's running (acc, norm, max): the online softmax's step."""
+    acc, norm, run_max = carry
+    k_idx = k_start + jnp.arange(k_blk.shape[-2])
+    valid = (k_idx < n_k)[None, :]          # the padding past the last key
+    if causal:
+        valid = valid & F.causal_mask(len(q_idx), k_blk.shape[-2], positions=q_idx - k_start)
+    s = jnp.einsum("MTD,MSD->MTS", q_blk, k_blk)
+    s = jnp.where(valid, s, -jnp.inf)
+    # The running max only shifts exponents and cancels in acc / norm, so it is
+    # kept out of the gradient (in every chunk alike, or the shifts disagree).
+    new_max = jax.lax.stop_gradient(jnp.maximum(run_max, jnp.max(s, axis=-1)))
+    shift = jnp.where(jnp.isfinite(new_max), new_max, 0.0)
+    p = jnp.exp(s - shift[..., None])
+    correction = jnp.exp(run_max - shift)
+    norm = norm * correction + jnp.sum(p, axis=-1)
+    acc = acc * correction[..., None] + jnp.einsum("MTS,MSD->MTD", p, v_blk)
+    return acc, norm, new_max
+
+
+def _query_chunk(k_blocks, v_blocks, n_k: int, causal: bool):
+    """The function of one query chunk (and where it starts) to its output: a scan over the key chunks."""
+    k_chunk = k_blocks.shape[-2]
 
     @jax.checkpoint
     def one_query_chunk(args):
         q_blk, q_start = args
+        m, q_chunk = q_blk.shape[:2]
         q_idx = q_start + jnp.arange(q_chunk)
-
-        def visit(carry, k_blk, v_blk, k_start):
-            acc, norm, run_max = carry
-            k_idx = k_start + jnp.arange(k_chunk)
-            valid = (k_idx < n_k)[None, :]
-            if causal:
-                valid = valid & (k_idx[None, :] <= q_idx[:, None])
-            s = jnp.einsum("MTD,MSD->MTS", q_blk, k_blk)
-            s = jnp.where(valid, s, -jnp.inf)
-            # The running max only shifts exponents and cancels in acc / norm, so it is
-            # kept out of the gradient (in every chunk alike, or the shifts disagree).
-            new_max = jax.lax.stop_gradient(jnp.maximum(run_max, jnp.max(s, axis=-1)))
-            shift = jnp.where(jnp.isfinite(new_max), new_max, 0.0)
-            p = jnp.exp(s - shift[..., None])
-            correction = jnp.exp(run_max - shift)
-            norm = norm * correction + jnp.sum(p, axis=-1)
-            acc = acc * correction[..., None] + jnp.einsum("MTS,MSD->MTD", p, v_blk)
-            return acc, norm, new_max
 
         @jax.checkpoint
         def key_step(carry, xs):
             k_blk, v_blk, k_start = xs
+            visit = lambda c: _visit(c, q_blk, k_blk, v_blk, q_idx, k_start, n_k, causal)
             if causal:  # key chunks wholly in this query chunk's future change nothing
-                needed = k_start <= q_start + q_chunk - 1
-                carry = jax.lax.cond(needed, lambda c: visit(c, k_blk, v_blk, k_start), lambda c: c, carry)
+                carry = jax.lax.cond(k_start <= q_start + q_chunk - 1, visit, lambda c: c, carry)
             else:
-                carry = visit(carry, k_blk, v_blk, k_start)
+                carry = visit(carry)
             return carry, None
 
-        init = (jnp.zeros((m, q_chunk, d_v), jnp.float32),
-                jnp.zeros((m, q_chunk), jnp.float32),
+        init = (jnp.zeros((m, q_chunk, v_blocks.shape[-1]), jnp.float32), jnp.zeros((m, q_chunk), jnp.float32),
                 jnp.full((m, q_chunk), -jnp.inf, jnp.float32))
-        k_starts = jnp.arange(n_k_chunks) * k_chunk
+        k_starts = jnp.arange(k_blocks.shape[0]) * k_chunk
         (acc, norm, _), _ = jax.lax.scan(key_step, init, (k_blocks, v_blocks, k_starts))
         return acc / jnp.where(norm == 0, 1.0, norm)[..., None]
 
-    q_starts = jnp.arange(n_q_chunks) * q_chunk
-    out = jax.lax.map(one_query_chunk, (q_blocks, q_starts))       # [chunks, M, q_chunk, d_v]
-    out = out.swapaxes(0, 1).reshape(m, -1, d_v)[:, :n_q]
-    return out.reshape(*lead, n_q, d_v).astype(out_dtype)
+    return one_query_chunk

@@ -1,17 +1,16 @@
 """The dense layer with a hand-written backward: the training step's hottest spot on a CPU.
 
-The same numbers as x·W (+ b) left to autodiff, up to the order of float32 sums (tests
-compare them), from cheaper operations. Left to autodiff, the weight gradient xᵀ·dy makes
-XLA copy the *larger* operand transposed first (the output layer's logit gradient) and run a
-slower kernel. Here dx = dy·Wᵀ reads W transposed in place, and dW keeps the smaller operand
-on the transposed side (an optimization barrier stops XLA from folding the transpose back).
-In bfloat16/float16 every product accumulates in float32 and is rounded once. With
-`operands=bfloat16` and float32 x, only the products' inputs are rounded: the result, the
-gradients and everything around the layer stay float32 (a CPU's bfloat16 units multiply,
-its vector units do the rest at full rate). Like every
-`jax.custom_vjp` it supports reverse mode and vmap, not forward mode (jvp, jacfwd).
-docs/performance.md has what it saves, measured by `python -m experiments.throughput`.
-This module imports nothing from the package, so the functional core can build on it.
+The same numbers as x·W (+ b) left to autodiff (`functional.dense`, what the model as built
+computes), up to the order of float32 sums (tests compare them), from cheaper operations.
+Left to autodiff, the weight gradient xᵀ·dy makes XLA copy the *larger* operand transposed
+first (the output layer's logit gradient) and run a slower kernel. Here dx = dy·Wᵀ reads W
+transposed in place, and dW keeps the smaller operand on the transposed side (an
+optimization barrier stops XLA from folding the transpose back). In bfloat16/float16 every
+product accumulates in float32 and is rounded once. With `operands=bfloat16` and float32 x,
+only the products' inputs are rounded: the result, the gradients and everything around the
+layer stay float32 (a CPU's bfloat16 units multiply, its vector units do the rest at full
+rate). Like every `jax.custom_vjp` it supports reverse mode and vmap, not forward mode (jvp,
+jacfwd): one more reason it is a swap (`speed.fast`), not the model.
 """
 from __future__ import annotations
 

@@ -1,21 +1,20 @@
-"""How attention is computed: the reference equation, and faster forms of the same numbers.
+"""Faster forms of attention's softmax(q·kᵀ/√d + bias)·v: the same numbers to float rounding.
 
 Every form has one signature, takes q, k, v [..., H, T, D] and returns the heads' outputs:
 
     form(q, k, v, *, bias=None, causal=True, scale=True, dropout=None) -> [..., H, T, D]
 
-    reference      softmax(q·kᵀ/√d + bias, causal mask)·v, the functional core as written
+    reference      the functional core as written (what the model as built computes)
     causal_halves  the same without the all-masked quarter of the scores (fastest on a CPU)
     chunked        keys and queries in chunks with an online softmax: O(T) memory, no T×T matrix
     fused          jax.nn.dot_product_attention: cuDNN's flash kernel on an NVIDIA GPU in half
                    precision, XLA's fused attention elsewhere
 
-They agree to float rounding (tests compare forward and gradients). `ModelConfig.attention`
-names one, or "auto": `resolve(config)` says which one runs on this backend.
+They agree to float rounding (tests compare forward and gradients). `choose` says which form
+"auto" is on a backend.
 """
 from __future__ import annotations
 
-import functools
 import warnings
 
 import jax
@@ -23,7 +22,7 @@ import jax.numpy as jnp
 
 from attention_jax import functional as F
 from attention_jax.errors import ConfigError
-from attention_jax.memory_efficient import memory_efficient_attention
+from attention_jax.speed.chunked import memory_efficient_attention
 
 ACCELERATORS = ("gpu", "cuda", "rocm", "tpu")
 
@@ -138,29 +137,10 @@ def fused(q, k, v, *, bias=None, causal: bool = True, scale: bool = True, dropou
 FORMS = {"reference": reference, "causal_halves": causal_halves, "chunked": chunked, "fused": fused}
 
 
-def resolve(config, backend: str | None = None) -> str:
-    """The form a config's attention runs as: its own choice, or for "auto" causal_halves on a
-    CPU and fused on a GPU/TPU (dropout needs a form that holds the weights)."""
-    if config.attention != "auto":
-        return config.attention
+def choose(form: str, *, dropout: float = 0.0, backend: str | None = None) -> str:
+    """The form that computes `form` on `backend`: itself, or for "auto" causal_halves on a CPU and
+    fused on a GPU/TPU (with dropout, a form that holds the weights)."""
+    if form != "auto":
+        return form
     on_accelerator = (backend or jax.default_backend()) in ACCELERATORS
-    return "fused" if on_accelerator and config.dropout == 0 else "causal_halves"
-
-
-def form(config, name: str | None = None):
-    """The function computing `name` (default: the config's resolved form), with the config's options bound."""
-    name = name or resolve(config)
-    if name == "chunked":
-        return functools.partial(chunked, chunk=config.attention_chunk)
-    return FORMS[name]
-
-
-def describe(config, backend: str | None = None) -> str:
-    """What computes a config's attention, in words, e.g. "causal_halves" or "fused (cuDNN)"."""
-    chosen = resolve(config, backend)
-    if chosen == "fused":
-        kernel = fused_kernel(config.dtype, config.head_dim, backend)
-        return f"fused ({'cuDNN' if kernel == 'cudnn' else 'XLA'})"
-    if chosen == "chunked":
-        return f"chunked ({config.attention_chunk} positions a chunk)"
-    return chosen
+    return "fused" if on_accelerator and dropout == 0 else "causal_halves"

@@ -12,18 +12,18 @@ alike; the Winograd toy scores one token). What to sample lives with the task
 (`attention_jax.data`); the engine only places batches on devices.
 
 The step's metrics (loss, learning rate, global gradient norm, gradient norm per block)
-stay on: a few reductions over the gradients.
+stay on: a few reductions over the gradients. Every compiled function computes with
+`speed` (default `Speed()`: this backend's fastest attention and the hand-written dense
+backward) swapped into the model; `speed=None` trains the model as built. Engines handed
+one `ProgramCache` share their compiled programs (`attention_jax.train.programs`).
 """
 from __future__ import annotations
 
-import dataclasses
-import functools
 from typing import Callable
 
 import jax
 import jax.numpy as jnp
 import numpy as np
-import optax
 from flax import nnx
 from jax.sharding import NamedSharding, PartitionSpec as P
 
@@ -31,133 +31,27 @@ from attention_jax.config import ModelConfig, TrainConfig
 from attention_jax.data import eval_windows
 from attention_jax.errors import ConfigError, DataError
 from attention_jax.model import LanguageModel, check_ids
+from attention_jax.speed import Speed
 from attention_jax.train.distributed import local, put, to_host
-
-
-def lr_schedule(tc: TrainConfig) -> optax.Schedule | float:
-    if tc.schedule == "cosine":
-        return optax.warmup_cosine_decay_schedule(0.0, tc.lr, tc.warmup_steps, tc.steps, tc.lr * tc.min_lr_ratio)
-    if tc.warmup_steps:
-        return optax.join_schedules([optax.linear_schedule(0.0, tc.lr, tc.warmup_steps),
-                                     optax.constant_schedule(tc.lr)], [tc.warmup_steps])
-    return tc.lr
-
-
-def make_optimizer(tc: TrainConfig) -> optax.GradientTransformation:
-    adamw = optax.adamw(lr_schedule(tc), b1=tc.b1, b2=tc.b2, eps=1e-8, weight_decay=tc.weight_decay)
-    return optax.chain(optax.clip_by_global_norm(tc.grad_clip), adamw) if tc.grad_clip else adamw
-
-
-def cross_entropy(logits, targets):
-    """Per-position -log p(target), in float32 whatever the logits' dtype."""
-    return optax.softmax_cross_entropy_with_integer_labels(logits.astype(jnp.float32), targets)
-
-
-def token_loss(logits, targets, weights=None):
-    """The default loss: mean cross-entropy over the positions, weighted when `weights` is given."""
-    ce = cross_entropy(logits, targets)
-    if weights is None:
-        return ce.mean()
-    return (ce * weights).sum() / jnp.maximum(weights.sum(), 1e-12)
-
-
-def block_grad_norms(grads, n_layers: int) -> jax.Array:
-    """[n_layers]: the global norm of each block's gradient (0 for a block without parameters)."""
-    blocks = grads["blocks"] if "blocks" in grads else {}
-    return jnp.stack([optax.tree.norm(blocks[i]) if i in blocks else jnp.zeros((), jnp.float32)
-                      for i in range(n_layers)])
-
-
-class Programs:
-    """The pure functions of one configuration and their compiled forms. Engines of one
-    configuration share one (`programs`): jit keeps its traces per function object, so a second
-    Engine for a configuration already trained in this process traces and compiles nothing."""
-
-    def __init__(self, model_config: ModelConfig, train_config: TrainConfig, n_seeds: int, loss: Callable,
-                 step_metrics: bool, devices: tuple):
-        self.model_config, self.loss, self.step_metrics = model_config, loss, step_metrics
-        self.tx = make_optimizer(train_config)
-        self.schedule = lr_schedule(train_config)
-        self.graphdef, _ = nnx.split(nnx.eval_shape(lambda: self.build(jax.random.key(0))))
-        self.vmapped = n_seeds > 1
-        over_seeds = (lambda f, **kw: jax.vmap(f, **kw)) if self.vmapped else (lambda f, **kw: f)
-        # Auto axes: the batch is laid out over devices and XLA propagates the rest (the
-        # embedding gather included); explicit axes would demand sharding rules per op.
-        self.mesh = (jax.make_mesh((len(devices),), ("data",), axis_types=(jax.sharding.AxisType.Auto,),
-                                   devices=devices) if len(devices) > 1 else None)
-        replicated = None if self.mesh is None else NamedSharding(self.mesh, P())
-        # On one device the initialisation runs op by op: compiling it costs about what the step
-        # does, while each random draw compiles once per shape for every later engine too (the same
-        # bits: a test). Over a mesh it is compiled, so every process lays the state out alike.
-        init = over_seeds(self.init_one)
-        self.init = init if self.mesh is None else jax.jit(init, out_shardings=replicated)
-        self.step = jax.jit(over_seeds(self.step_one), donate_argnums=0)
-        # K steps in one call, a scan over the batches' leading step axis: on a GPU/TPU a small
-        # model's step takes less time than Python needs to launch it (`fit`'s steps_per_call).
-        self.steps = jax.jit(lambda state, batches: jax.lax.scan(over_seeds(self.step_one), state, batches),
-                             donate_argnums=0)
-        # Evaluation windows are split over the devices like a batch (each device scores its
-        # share); the per-window sums and logits come back whole, so every process reads them all.
-        whole = {} if self.mesh is None else {"out_shardings": replicated}
-        self.nll = jax.jit(over_seeds(self.nll_one, in_axes=(0, None, None, None)), **whole)
-        self.logits = jax.jit(over_seeds(self.logits_one, in_axes=(0, None)), **whole)
-
-    def build(self, key):
-        model = LanguageModel(self.model_config, rngs=nnx.Rngs(key))
-        return model, nnx.Optimizer(model, self.tx, wrt=nnx.Param)
-
-    def init_one(self, key):
-        return nnx.state(self.build(key))
-
-    def step_one(self, state, batch):
-        model, opt = nnx.merge(self.graphdef, state)
-        lr = self.schedule(opt.step[...]) if callable(self.schedule) else jnp.asarray(self.schedule)
-        loss, grads = nnx.value_and_grad(lambda m: self.loss(m(batch["x"]), batch["y"], batch.get("weights")))(model)
-        opt.update(model, grads)
-        if not self.step_metrics:
-            return nnx.state((model, opt)), {"loss": loss}
-        metrics = {"loss": loss, "lr": jnp.asarray(lr, jnp.float32), "grad_norm": optax.tree.norm(grads),
-                   "block_grad_norm": block_grad_norms(grads, self.model_config.n_layers)}
-        return nnx.state((model, opt)), metrics
-
-    def nll_one(self, state, x, y, weights):
-        model, _ = nnx.merge(self.graphdef, state)
-        model.eval()                                   # dropout off
-        ce = cross_entropy(model(x), y)
-        if weights is None:
-            return ce.sum(axis=-1), jnp.full(ce.shape[:-1], ce.shape[-1], jnp.float32)
-        return (ce * weights).sum(axis=-1), weights.sum(axis=-1).astype(jnp.float32)   # per window
-
-    def logits_one(self, state, x):
-        model, _ = nnx.merge(self.graphdef, state)
-        model.eval()
-        return model(x)
-
-
-@functools.lru_cache(maxsize=32)
-def programs(model_config: ModelConfig, train_config: TrainConfig, n_seeds: int, loss: Callable,
-             step_metrics: bool, devices: tuple) -> Programs:
-    return Programs(model_config, train_config, n_seeds, loss, step_metrics, devices)
-
-
-# TrainConfig fields the loop reads and the compiled functions do not: engines differing only
-# in them share their programs.
-_BOOKKEEPING = dict(log_every=1, eval_every=0, checkpoint_every=1, train_eval_windows=1, eval_batch=1)
+from attention_jax.train.programs import (  # noqa: F401  (the engine's API)
+    ProgramCache, Programs, cross_entropy, lr_schedule, make_optimizer, token_loss)
 
 
 class Engine:
     """Compiled init / step / evaluation for one (model, training) configuration and N seeds."""
 
     def __init__(self, model_config: ModelConfig, train_config: TrainConfig, *, n_seeds: int = 1,
-                 loss: Callable = token_loss, step_metrics: bool = True):
+                 loss: Callable = token_loss, step_metrics: bool = True, speed: Speed | None = Speed(),
+                 programs: ProgramCache | None = None):
         self.model_config, self.train_config, self.n_seeds, self.loss = model_config, train_config, n_seeds, loss
         self.step_metrics = step_metrics   # False: the step returns the loss alone (the benchmark's baseline)
+        self.speed = speed
         devices = tuple(jax.devices())
         if len(devices) > 1 and train_config.batch_size % len(devices):
             raise ConfigError(f"batch_size={train_config.batch_size} does not split over {len(devices)} "
                               "devices; use a multiple of the device count")
-        shared = dataclasses.replace(train_config, **_BOOKKEEPING)
-        self.programs = p = programs(model_config, shared, n_seeds, loss, step_metrics, devices)
+        made = (programs.get if programs is not None else Programs)
+        self.programs = p = made(model_config, train_config, n_seeds, loss, step_metrics, devices, speed)
         self.tx, self.schedule, self.graphdef, self.mesh, self.vmapped = p.tx, p.schedule, p.graphdef, p.mesh, p.vmapped
         self._init, self._step, self._steps, self._nll, self._logits = p.init, p.step, p.steps, p.nll, p.logits
 
@@ -266,7 +160,8 @@ class Engine:
         return self._logits(state, self._windows(np.asarray(x)))
 
     def model(self, state, seed: int = 0) -> LanguageModel:
-        """A usable NNX model holding one seed's parameters (the i-th of a vmapped state)."""
+        """A usable NNX model holding one seed's parameters (the i-th of a vmapped state), as built:
+        the reference equation (`speed.fast(model)` to compute it as the engine does)."""
         one = unstack_seed(state, seed) if self.vmapped else state
         model, _ = nnx.merge(self.graphdef, local(one))
         return model

@@ -26,6 +26,7 @@ from flax import nnx
 
 from attention_jax.config import ModelConfig
 from attention_jax.model import MultiHeadAttention
+from attention_jax.speed import fast
 
 # JAX reserves 75% of an accelerator's memory in the first process that touches it: each child
 # takes only what it uses (the parent sets this before JAX starts, Experiment.shares_accelerator;
@@ -37,18 +38,23 @@ from experiments.complexity import D_MODEL, HEADROOM, N_HEADS, VARIANTS, matrix_
 def layer_functions(chunk_size: int = 512) -> tuple[object, dict]:
     """(params, {name: f(params, x)}): our MultiHeadAttention computing by the reference equation
     (one masked softmax over all n×n scores: the chapter's naive attention) and by chunks (the
-    memory-efficient form), the projections alone, and both layers' gradients. One set of weights."""
-    def layer(form):
-        config = ModelConfig(d_model=D_MODEL, n_heads=N_HEADS, mixer="heads", positions="none", attention=form,
-                             attention_chunk=chunk_size)
-        return nnx.split(MultiHeadAttention(config, rngs=nnx.Rngs(0)))
+    memory-efficient form, swapped in by `attention_jax.speed`), the projections alone, and both
+    layers' gradients. One set of weights; the projections have the engine's dense backward."""
+    config = ModelConfig(d_model=D_MODEL, n_heads=N_HEADS, mixer="heads", positions="none")
+    graphdef, params = nnx.split(MultiHeadAttention(config, rngs=nnx.Rngs(0)))
 
-    (reference, params), (chunked, _) = layer("reference"), layer("chunked")
-    naive = lambda p, x: nnx.merge(reference, p)(x)
-    memeff = lambda p, x: nnx.merge(chunked, p)(x)
+    def layer(form):
+        def f(p, x):
+            m = nnx.merge(graphdef, p)
+            with fast(m, form=form, chunk=chunk_size):
+                return m(x)
+        return f
+
+    naive, memeff = layer("reference"), layer("chunked")
 
     def projections(p, x):                        # attention replaced by a sum: all three
-        m = nnx.merge(reference, p)               # projections used, nothing of size n×n
+        m = nnx.merge(graphdef, p)                # projections used, nothing of size n×n
+        fast(m, form="reference")
         qkv = m.qkv(x).reshape(*x.shape[:-1], 3, N_HEADS, D_MODEL // N_HEADS)
         q, k, v = jnp.moveaxis(qkv, (-3, -2), (0, -3))
         out = q + k + v

@@ -24,6 +24,7 @@ import time
 from typing import Any, Callable, Mapping, Sequence
 
 from attention_jax.errors import ConfigError, UserError
+from attention_jax.speed import Speed
 from experiments.harness import cli, report
 from experiments.harness.platform import apply_mallopt
 
@@ -51,15 +52,21 @@ class Context:
     held_out_tokens: int | None = None    # read only the first N held-out tokens (the smoke preset's plumbing)
     steps_per_call: int | None = None     # training steps per compiled call (None: the backend's default)
     train_overrides: dict = dataclasses.field(default_factory=dict)   # --steps, --lr, ... for any TrainConfig
-    model_overrides: dict = dataclasses.field(default_factory=dict)   # --attention, --dtype for every row
+    model_overrides: dict = dataclasses.field(default_factory=dict)   # --dtype for every row
+    speed: Speed = dataclasses.field(default_factory=Speed)   # --attention: the faster forms every row trains with
 
     def model(self, config):
-        """A row's ModelConfig with the command line's --attention / --dtype applied."""
+        """A row's ModelConfig with the command line's --dtype applied."""
         return dataclasses.replace(config, **self.model_overrides) if self.model_overrides else config
 
     def budget(self, train_config):
         """A TrainConfig with the command line's --steps, --batch-size, --lr, --schedule, --eval-every applied."""
         return dataclasses.replace(train_config, **self.train_overrides) if self.train_overrides else train_config
+
+
+def speed_from_flags(attention: str | None) -> Speed:
+    """--attention as the speed swap every row trains with (the model as built is the reference form)."""
+    return Speed(form=attention or "auto")
 
 
 def steps_per_call_from_env() -> int | None:
@@ -138,7 +145,8 @@ class Experiment:
             flags = {"steps": args.steps, "batch_size": args.batch_size, "lr": args.lr, "schedule": args.schedule,
                      "eval_every": args.eval_every}
             ctx.train_overrides = {k: v for k, v in flags.items() if v is not None}
-            ctx.model_overrides = {k: getattr(args, k) for k in ("attention", "dtype") if getattr(args, k) is not None}
+            ctx.model_overrides = {"dtype": args.dtype} if args.dtype is not None else {}
+            ctx.speed = speed_from_flags(args.attention)
             ctx.settings = ctx.budget(settings)
             ctx.rows = cli.choose_names(args.rows, list(self.rows))
             ctx.seeds, ctx.fresh, ctx.corpus, ctx.data = list(range(args.seeds)), args.fresh, args.corpus, args.data
@@ -172,12 +180,11 @@ class Experiment:
             print(f"training: up to {per_call} steps per compiled call ({STEPS_PER_CALL_ENV}=1: one)", flush=True)
         if self.rows is not None:   # a training table: say what computes attention here, "auto" resolved
             from attention_jax.config import ModelConfig
-            from attention_jax import backends
             chosen = ctx.model(ModelConfig())
-            how = "; auto's choice, the fastest on this backend (--attention to choose)" if chosen.attention == "auto" else ""
-            if backends.resolve(chosen) == "fused":   # cuDNN's kernel takes some head sizes only
+            how = "; auto's choice, the fastest on this backend (--attention to choose)" if ctx.speed.form == "auto" else ""
+            if ctx.speed.form_for(chosen) == "fused":   # cuDNN's kernel takes some head sizes only
                 how += "; the kernel may differ by a row's head size (each row's record names its own)"
-            print(f"attention: {backends.describe(chosen)}, {chosen.dtype}{how}", flush=True)
+            print(f"attention: {ctx.speed.describe(chosen)}, {chosen.dtype}{how}", flush=True)
         warning = check_backend()
         if warning:   # a GPU/TPU plugin JAX cannot use: say so loudly, then run on what there is
             print(warning, file=sys.stderr, flush=True)

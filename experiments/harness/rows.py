@@ -1,9 +1,11 @@
 """Training a table's rows: a cache of finished rows and a checkpoint folder per row.
 
-Every training experiment runs its rows through `train_row` (by way of `tables.Table.train`). A row's key is a hash of its model config, training config, preset,
-seeds and task (the corpus, when it is not the default), so a rerun of the same command
-skips finished rows, an interrupted row resumes from its last checkpoint, and changing
-anything about a row trains it anew.
+Every training experiment runs its rows through `train_row` (by way of `tables.Table.train`).
+A row's key is a hash of its model config, how it was computed (the speed swap: --attention),
+training config, preset, seeds and task (the corpus, when it is not the default), so a rerun
+of the same command skips finished rows, an interrupted row resumes from its last checkpoint,
+and changing anything about a row trains it anew. The key spells the model as rows were first
+spelled (`spelled`), so rows finished by earlier versions stay finished.
 
 A finished row keeps its checkpoint: `load_model(record, folder)` reopens its trained
 model, and a measurement the cached record lacks (one added to the table later) is
@@ -14,6 +16,7 @@ the row is trained again, saying why.
 from __future__ import annotations
 
 import dataclasses
+import functools
 import hashlib
 import json
 import pathlib
@@ -23,16 +26,51 @@ from typing import Any, Callable, Mapping
 import numpy as np
 
 from attention_jax.config import ModelConfig, TrainConfig
+from attention_jax.speed import Speed
 
 Measure = Callable[[Any, Any], dict]   # (engine, state) -> figures to keep with the row
+# ModelConfig fields added after rows were first cached, at the value every earlier row had:
+# left out of a row's key while they hold it, so those rows keep their keys.
+ADDED_LATER = {"gelu": "exact", "output_bias": True}
+# How attention was computed, once ModelConfig fields and now the speed swap's (Speed): written
+# into the key where it was, under the names it had.
+SPEED_FIELDS = {"attention": "form", "attention_chunk": "chunk", "matmul_dtype": "matmul_dtype", "dense": "dense"}
+
+
+def spelled(model_config: ModelConfig, speed: Speed) -> dict:
+    """The model and its speed as a row's key and record spell them (see ADDED_LATER, SPEED_FIELDS)."""
+    out = {k: v for k, v in model_config.to_dict().items() if ADDED_LATER.get(k, ...) != v}
+    out.update(attention=speed.form, attention_chunk=speed.chunk)
+    if speed.matmul_dtype is not None:
+        out["matmul_dtype"] = speed.matmul_dtype
+    if not speed.dense:
+        out["dense"] = False
+    return out
+
+
+def unspelled(config: dict) -> tuple[ModelConfig, Speed]:
+    """`spelled`'s inverse: a record's config as the ModelConfig and Speed that trained it."""
+    fields = {k: v for k, v in config.items() if k not in SPEED_FIELDS}
+    speed = {f: config[k] for k, f in SPEED_FIELDS.items() if k in config}
+    return ModelConfig(**fields), Speed(**speed)
 
 
 def row_key(name: str, model_config: ModelConfig, train_config: TrainConfig, preset: str, seeds,
-            task_identity: Mapping | None = None) -> str:
-    """<name>-<12 hex>: the hash of what made the row (its fingerprint) and the preset."""
-    from attention_jax.train.checkpoints import fingerprint
-    blob = {**fingerprint(model_config, train_config, seeds, task_identity), "preset": preset}
+            task_identity: Mapping | None = None, speed: Speed = Speed()) -> str:
+    """<name>-<12 hex>: the hash of what made the row and the preset."""
+    blob = {"model": spelled(model_config, speed), "train": dataclasses.asdict(train_config),
+            "seeds": [int(s) for s in seeds], **({"task": dict(task_identity)} if task_identity else {}),
+            "preset": preset}
     return f"{name}-{_hash(blob)[:12]}"
+
+
+@functools.cache
+def programs():
+    """The compiled programs every row of this process shares (an `attention_jax.train.ProgramCache`):
+    a row reopened after training, or trained again by another table of one run, traces and
+    compiles nothing anew."""
+    from attention_jax.train import ProgramCache   # imports JAX: only when a row trains or reopens
+    return ProgramCache()
 
 
 def _hash(blob) -> str:
@@ -43,13 +81,14 @@ def _note(message: str) -> None:
     print(f"note: {message}", file=sys.stderr, flush=True)
 
 
-def _cached(path: pathlib.Path, key: str, model_config: ModelConfig, train_config: TrainConfig) -> dict | None:
+def _cached(path: pathlib.Path, key: str, model_config: ModelConfig, train_config: TrainConfig,
+            speed: Speed) -> dict | None:
     """The finished row's record, or None (saying why) when it is missing, damaged or someone else's."""
     if not path.exists():
         return None
     try:
         record = json.loads(path.read_text(encoding="utf-8"))
-        ok = (isinstance(record, dict) and record.get("key") == key and record.get("config") == model_config.to_dict()
+        ok = (isinstance(record, dict) and record.get("key") == key and record.get("config") == spelled(model_config, speed)
               and record.get("train_config") == dataclasses.asdict(train_config) and "final" in record
               and record.get("digest") == _digest(record))     # a record without one is not trusted
     except (OSError, ValueError):
@@ -63,7 +102,18 @@ def _cached(path: pathlib.Path, key: str, model_config: ModelConfig, train_confi
 
 def _engine(record: dict):
     from attention_jax.train import Engine   # imports JAX: only when a row trains or reopens
-    return Engine(ModelConfig(**record["config"]), TrainConfig(**record["train_config"]), n_seeds=len(record["seeds"]))
+    model_config, speed = unspelled(record["config"])
+    return Engine(model_config, TrainConfig(**record["train_config"]), n_seeds=len(record["seeds"]), speed=speed,
+                  programs=programs())
+
+
+def _stale(workdir: pathlib.Path, fingerprint: dict) -> bool:
+    """Whether an unfinished row's checkpoint folder names its run otherwise than this version does
+    (its run.json): such a folder is another version's, and the row trains from the start."""
+    try:
+        return json.loads((workdir / "run.json").read_text(encoding="utf-8")) != fingerprint
+    except (OSError, ValueError):
+        return False
 
 
 def restore_state(record: dict, folder: pathlib.Path):
@@ -95,7 +145,7 @@ def load_model(record: dict, folder: pathlib.Path, *, seed: int = 0):
 def train_row(name: str, model_config: ModelConfig, train_config: TrainConfig, task, *, preset: str, seeds,
               folder: pathlib.Path, fresh: bool = False, progress: bool = True,
               measures: Mapping[str, Measure] | None = None, reopen: bool = False,
-              steps_per_call: int | None = None) -> dict:
+              steps_per_call: int | None = None, speed: Speed = Speed()) -> dict:
     """Train one row (or load it when already finished) and return its record.
 
     `measures` maps a name to `measure(engine, state) -> dict`: a table's own figures
@@ -103,15 +153,16 @@ def train_row(name: str, model_config: ModelConfig, train_config: TrainConfig, t
     table will reopen the trained model (`restore_state`, `load_model`), so a finished row is
     served from the cache only when its checkpoint restores. A finished row whose checkpoint
     is needed but damaged or gone is trained again, that row alone (not the whole table).
+    `speed`: the faster forms it trains with (part of its key).
     """
     from attention_jax.errors import CheckpointError, TrainingDiverged
     from attention_jax.train import Engine, fingerprint, fit
     from experiments.harness.cli import STOP
     from attention_jax.inspect import count_params
     measures = dict(measures or {})
-    key = row_key(name, model_config, train_config, preset, seeds, task.identity)
+    key = row_key(name, model_config, train_config, preset, seeds, task.identity, speed)
     done_file = folder / "rows" / f"{key}.json"
-    record = None if fresh else _cached(done_file, key, model_config, train_config)
+    record = None if fresh else _cached(done_file, key, model_config, train_config, speed)
     if record is not None:
         missing = [m for m in measures if m not in record.get("measures", {})]
         try:
@@ -121,12 +172,17 @@ def train_row(name: str, model_config: ModelConfig, train_config: TrainConfig, t
                 record["measures"].update({m: measures[m](engine, state) for m in missing})
                 _write(done_file, record)
             record["cached"] = True
-            return _labelled(record, model_config)
+            return _labelled(record, model_config, speed)
         except CheckpointError:
             _note(f"row {name!r} is finished but its checkpoint cannot be reopened (damaged or deleted); "
                   "training that row again")
             fresh = True
-    engine = Engine(model_config, train_config, n_seeds=len(seeds))
+    engine = Engine(model_config, train_config, n_seeds=len(seeds), speed=speed, programs=programs())
+    made = fingerprint(model_config, train_config, seeds, task.identity)
+    if not fresh and _stale(folder / "runs" / key, made):
+        _note(f"row {name!r}: its unfinished checkpoint was written by another version of this code; "
+              "training that row from the start")
+        fresh = True
     try:
         result = fit(engine, task, seeds=seeds, workdir=folder / "runs" / key, resume=not fresh, progress=progress,
                      desc=name, steps_per_call=steps_per_call, stop=STOP)
@@ -138,14 +194,14 @@ def train_row(name: str, model_config: ModelConfig, train_config: TrainConfig, t
     record = {"name": name, "key": key, "params": count_params(model_config), "seeds": list(seeds),
               "steps": result.steps, "seconds": result.seconds, "resumed_from": result.resumed_from,
               "steps_per_call": result.steps_per_call,
-              "config": model_config.to_dict(), "train_config": dataclasses.asdict(train_config),
-              "fingerprint": fingerprint(model_config, train_config, seeds, task.identity),
+              "config": spelled(model_config, speed), "train_config": dataclasses.asdict(train_config),
+              "fingerprint": made,
               "task": task.identity, "final": result.final, "history": result.history,
               "train_log": _every(result.train_log, train_config.log_every),
               "measures": {m: fn(engine, result.state) for m, fn in measures.items()}}
     _write(done_file, record)
     record["cached"] = False
-    return _labelled(record, model_config)
+    return _labelled(record, model_config, speed)
 
 
 def measured(name: str, identity: dict, compute: Callable[[], dict], *, folder: pathlib.Path,
@@ -167,10 +223,9 @@ def measured(name: str, identity: dict, compute: Callable[[], dict], *, folder: 
     return value
 
 
-def _labelled(record: dict, model_config: ModelConfig) -> dict:
+def _labelled(record: dict, model_config: ModelConfig, speed: Speed) -> dict:
     """The record with what computed its attention here (what "auto" chose, and the kernel)."""
-    from attention_jax import backends
-    record["attention"], record["attention_kernel"] = backends.resolve(model_config), backends.describe(model_config)
+    record["attention"], record["attention_kernel"] = speed.form_for(model_config), speed.describe(model_config)
     return record
 
 

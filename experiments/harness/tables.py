@@ -78,7 +78,7 @@ class Table:
         ctx = self.ctx
         record = rows.train_row(name, model_config, tc, task, preset=ctx.preset, seeds=self.seeds, folder=ctx.folder,
                                 fresh=ctx.fresh, progress=ctx.progress, measures=measures, reopen=reopen,
-                                steps_per_call=ctx.steps_per_call)
+                                steps_per_call=ctx.steps_per_call, speed=ctx.speed)
         for figure in record["final"]:
             record[figure], record[f"{figure}_std"], record[f"{figure}_seeds"] = rows.summary(record, figure)
         if "val_ppl" in record:

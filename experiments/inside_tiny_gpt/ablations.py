@@ -17,14 +17,14 @@ def ablation_list(cfg: ModelConfig) -> list[tuple[str, str, dict]]:
     out += [(f"mlp {i}", f"layer {i}'s MLP off", {"feed_forward": [i]}) for i in range(cfg.n_layers)]
     out += [("bidirectional", "causal -> bidirectional mask", {"bidirectional": True})]
     out += [(f"head {i}.{h}", f"head {i}.{h} off (its output zeroed)", {"heads": {i: [h]}})
-            for i in range(cfg.n_layers) for h in range(cfg.num_heads)]
+            for i in range(cfg.n_layers) for h in range(cfg.heads_used)]
     return out
 
 
 def head_mask(cfg: ModelConfig, heads: dict):
     """keep [L, H] float32: 0 for the heads {block: [head, ...]} to switch off, 1 elsewhere."""
     import numpy as np
-    keep = np.ones((cfg.n_layers, cfg.num_heads), np.float32)
+    keep = np.ones((cfg.n_layers, cfg.heads_used), np.float32)
     for block, hs in heads.items():
         keep[block, list(hs)] = 0.0
     return keep

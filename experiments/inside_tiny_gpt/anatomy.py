@@ -37,7 +37,7 @@ def framework_parts(model) -> dict[str, int]:
 def demo_params(model) -> tuple[list[dict], list[dict], dict]:
     from attention_jax.inspect import count_params
     cfg = model.config
-    L, d, V, T = cfg.n_layers, cfg.d_model, cfg.vocab_size, cfg.position_rows
+    L, d, V, T = cfg.n_layers, cfg.d_model, cfg.vocab_size, cfg.max_positions_used
     counted = framework_parts(model)
     rows, formula_total = [], 0
     for name, text, n, per_block in param_parts(cfg):
@@ -94,7 +94,7 @@ def raw_forward(model, ids, say=print):
             or cfg.positions not in ("learned", "none") or not cfg.residual or not cfg.scale):
         raise ConfigError("raw_forward reads a pre-norm GPT with learned (or no) positions, heads, "
                           "feed-forward, residuals and scaled scores")
-    H, dh = cfg.num_heads, cfg.head_dim
+    H, dh = cfg.heads_used, cfg.d_head_used
     ids = jnp.asarray(ids)
     T = ids.shape[0]
     get = lambda p: None if p is None else p[...]

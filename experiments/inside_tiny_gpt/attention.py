@@ -68,7 +68,7 @@ def attention_demo(model, tok, name: str) -> dict:
     prompt, name_pos = tw.question_prompt(name)
     ids = tok.encode(prompt)
     cache = cached_run(model, ids)
-    layers = [np.asarray(cache[f"blocks.{i}.mixer.weights"], np.float64)[0] for i in range(len(model.blocks))]
+    layers = [np.asarray(cache[f"blocks.{i}.mixer.attention.weights"], np.float64)[0] for i in range(len(model.blocks))]
     T = len(ids)
     upper = np.triu(np.ones((T, T), bool), 1)
     future = np.concatenate([a[:, upper].ravel() for a in layers])
@@ -112,12 +112,12 @@ def sqrt_d_trained(model, ids) -> list[dict]:
     import numpy as np
     from attention_jax import functional as F
     cache = cached_run(model, ids)
-    T, dh = len(ids), model.config.head_dim
+    T, dh = len(ids), model.config.d_head_used
     causal = np.tril(np.ones((T, T), bool))
     uniform = float(np.mean(np.log(np.arange(1, T + 1))))
     out = []
     for i in range(len(model.blocks)):
-        s = np.asarray(cache[f"blocks.{i}.mixer.scores"], np.float64)[0]          # [H, T, T], divided by √d_h
+        s = np.asarray(cache[f"blocks.{i}.mixer.attention.scores"], np.float64)[0]          # [H, T, T], divided by √d_h
         seen = s[:, causal]
         rows = []
         for scale in (1.0, math.sqrt(dh)):                                         # as trained / without ÷√d

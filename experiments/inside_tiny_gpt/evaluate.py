@@ -21,8 +21,9 @@ def compiled():
     """
     import jax.numpy as jnp
     from flax import nnx
-    from attention_jax.inspect import patched, replaced, run_with_cache, use_form
+    from attention_jax.inspect import patched, replaced, run_with_cache
     from attention_jax.model import CausalMask
+    from attention_jax.speed import fast
 
     class PrefixMask(CausalMask):
         """Every query sees the first n positions, the future among them: a bidirectional mask on a
@@ -37,25 +38,25 @@ def compiled():
 
     @nnx.jit
     def forward(model, x):
-        return model(x)
+        with fast(model):                                # as the engine computes it
+            return model(x)
 
     @nnx.jit
     def forward_prefix(model, x, n):
-        masks = {f"blocks.{i}.mixer.mask": PrefixMask(n) for i in range(len(model.blocks))}
-        with replaced(model, masks), use_form(model):     # a mask of its own: the reference form applies it
+        masks = {f"blocks.{i}.mixer.attention.mask": PrefixMask(n) for i in range(len(model.blocks))}
+        with replaced(model, masks):
             return model(x)
 
     @nnx.jit
     def cache(model, x):
-        with use_form(model):                            # scores and weights: the reference form
-            return run_with_cache(model, x, ["embed", "positions", "blocks.*", "ln_final"])
+        return run_with_cache(model, x, ["embed", "positions", "blocks.*", "ln_final"])
 
     @nnx.jit
     def forward_heads(model, x, keep):
         """Heads switched off by a 0/1 mask keep [L, H] given as data: the product inspect.ablate(heads=...)
         applies to each head's output (blocks.i.mixer.z), but one compile serves every head."""
         zero = lambda i: lambda z: z * keep[i].astype(z.dtype)[:, None, None]
-        with patched(model, {f"blocks.{i}.mixer.z": zero(i) for i in range(len(model.blocks))}):
+        with patched(model, {f"blocks.{i}.mixer.z": zero(i) for i in range(len(model.blocks))}), fast(model):
             return model(x)
 
     return Compiled(forward, forward_prefix, cache, forward_heads)

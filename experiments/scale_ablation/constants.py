@@ -24,7 +24,7 @@ class WidthRow:
 
     @property
     def d_head(self) -> int:
-        return self.config.head_dim
+        return self.config.d_head_used
 
 
 # The ladder's block with one head of width d_head projecting up from d_model 128 (W_o back

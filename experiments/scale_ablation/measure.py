@@ -37,15 +37,14 @@ def make_probe(engine, windows):
     import jax
     import numpy as np
     from flax import nnx
-    from attention_jax.inspect import run_with_cache, use_form
-    names = ("blocks.0.mixer.scores", "blocks.0.mixer.weights")
+    from attention_jax.inspect import run_with_cache
+    names = ("blocks.0.mixer.attention.scores", "blocks.0.mixer.attention.weights")
     x = np.asarray(windows, np.int32)
 
     def one(state):
         model, _ = nnx.merge(engine.graphdef, state)
         model.eval()
-        with use_form(model):
-            _, cache = run_with_cache(model, x, list(names))
+        _, cache = run_with_cache(model, x, list(names))
         return score_stats(*(cache[n] for n in names))
 
     fn = jax.jit(jax.vmap(one) if engine.vmapped else one)

@@ -54,15 +54,16 @@ def jax_contestant(batch: int, devices: int, loss_only: bool = False, attention:
     import jax.numpy as jnp
     from attention_jax import functional as F
     from attention_jax.data import get_batch
-    from attention_jax import backends
+    from attention_jax.speed import forms
     from attention_jax.train import Engine, TrainConfig
     from attention_jax.train.loop import default_steps_per_call
     from experiments.harness.experiment import steps_per_call_from_env
     from experiments.configs import ONE_BLOCK
     assert ONE_BLOCK.vocab_size == VOCAB
-    cfg = dataclasses.replace(ONE_BLOCK, attention=attention, context=context, **model_dtypes(dtype))
+    model_dtype, speed = dtypes(dtype, attention)
+    cfg = dataclasses.replace(ONE_BLOCK, context=context, dtype=model_dtype)
     # AdamW, lr 1e-3: the ladder's step, with its metrics (loss, lr, gradient norms) or the loss only
-    engine = Engine(cfg, TrainConfig(batch_size=batch), step_metrics=not loss_only)
+    engine = Engine(cfg, TrainConfig(batch_size=batch), step_metrics=not loss_only, speed=speed)
     state = engine.init([0])
     tokens = np.random.default_rng(0).integers(0, VOCAB, max(200_000, 4 * batch * (context + 1))).astype(np.int32)
     host = [dict(zip(("x", "y"), get_batch(tokens, seed=0, step=s, batch_size=batch, context=context)))
@@ -82,10 +83,10 @@ def jax_contestant(batch: int, devices: int, loss_only: bool = False, attention:
     def peak(n: int = 0, in_dtype: str = ""):
         """The backend's own matmul rate: n² (default 2048² on a CPU, 8192² on an accelerator), in
         `in_dtype` (default: the one the step's products use). Low precision accumulates in
-        float32, as the model's dense layers do (`kernels._dot`)."""
+        float32, as the model's dense layers do (`functional.dense`)."""
         n = n or (2048 if jax.default_backend() == "cpu" else 8192)
         a = jax.random.normal(jax.random.key(0), (n, n), jnp.float32)   # not ones: a GPU multiplies constants faster
-        a = a.astype(in_dtype or cfg.matmul_dtype or cfg.dtype)
+        a = a.astype(in_dtype or speed.matmul_dtype or cfg.dtype)
         f = jax.jit(lambda x: F.dense(x, x))
         f(a).block_until_ready()
         ts = []
@@ -95,9 +96,9 @@ def jax_contestant(batch: int, devices: int, loss_only: bool = False, attention:
             ts.append(time.perf_counter() - t)
         return 2 * n**3 / float(np.median(ts))
 
-    info = {"backend": jax.default_backend(), "devices": jax.device_count(), "attention": backends.resolve(cfg),
-            "attention_kernel": backends.describe(cfg), "dtype": dtype, "context": context, "steps_per_call": per_call}
-    cudnn = info["attention"] == "fused" and backends.fused_kernel(dtype, cfg.head_dim) == "cudnn"
+    info = {"backend": jax.default_backend(), "devices": jax.device_count(), "attention": speed.form_for(cfg),
+            "attention_kernel": speed.describe(cfg), "dtype": dtype, "context": context, "steps_per_call": per_call}
+    cudnn = info["attention"] == "fused" and forms.fused_kernel(dtype, cfg.d_head_used) == "cudnn"
     if with_hlo or cudnn:
         info["hlo"] = engine._step.lower(state, batches[0]).compile().as_text()
         if cudnn and "__cudnn$fmha" not in info["hlo"]:
@@ -109,9 +110,13 @@ def jax_contestant(batch: int, devices: int, loss_only: bool = False, attention:
     return step, peak, info
 
 
-def model_dtypes(dtype: str) -> dict:
-    """A contestant's dtype as ModelConfig fields: "bfloat16_matmul" is float32 with bfloat16 products."""
-    return dict(dtype="float32", matmul_dtype="bfloat16") if dtype == "bfloat16_matmul" else dict(dtype=dtype)
+def dtypes(dtype: str, attention: str = "auto"):
+    """A contestant's dtype and attention as the model's compute dtype and the speed swap it trains with:
+    "bfloat16_matmul" is a float32 model with bfloat16 products."""
+    from attention_jax.speed import Speed
+    if dtype == "bfloat16_matmul":
+        return "float32", Speed(form=attention, matmul_dtype="bfloat16")
+    return dtype, Speed(form=attention)
 
 
 def main(argv=None):

@@ -21,9 +21,8 @@ def demo_words(spec) -> tuple[str, str, str, str]:
 def referent_attention(model, tokens: np.ndarray, position: int) -> np.ndarray:
     """[L, N, position + 1]: each block's attention at `position`, heads averaged, float64."""
     import jax.numpy as jnp
-    from attention_jax.inspect import run_with_cache, use_form
-    with use_form(model):
-        _, cache = run_with_cache(model, jnp.asarray(tokens), "blocks.*.mixer.weights")
+    from attention_jax.inspect import run_with_cache
+    _, cache = run_with_cache(model, jnp.asarray(tokens), "blocks.*.mixer.attention.weights")
     blocks = sorted(cache, key=lambda n: int(n.split(".")[1]))
     return np.stack([np.asarray(cache[n], np.float64).mean(axis=1)[:, position, :position + 1] for n in blocks])
 
@@ -46,8 +45,10 @@ def attention_demo(model, task) -> dict:
     adjectives = [a for a, _ in spec.adjectives]
     sentences = [wg.render(spec, x, y, a) for a in adjectives]
     ids = wg.encode(sentences, task.vocab)[:, :-1]
+    from attention_jax.speed import fast
     w = referent_attention(model, ids, pos)                       # [L, A, pos + 1]
-    logits = np.asarray(model(ids))[:, pos]
+    with fast(model):                                             # as the engine computes it
+        logits = np.asarray(model(ids))[:, pos]
     ix, iy = adjectives.index(adj_x), adjectives.index(adj_y)
     # Every held-out sentence: block 1's row against the same pair's other adjectives, block 2's mean rule.
     held = task.heldout

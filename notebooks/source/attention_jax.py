@@ -153,8 +153,8 @@ corpus = resolve_corpus()
 _, val = train_val_split(load_tokens(corpus, verbose=False))
 tokens = jnp.asarray(val[None, :24])
 words = [load_tokenizer(corpus).decode([int(t)]) for t in tokens[0]]
-logits, cache = run_with_cache(model, tokens, names="blocks.0.mixer.weights")
-w = cache["blocks.0.mixer.weights"][0]                       # [heads, T, T]
+logits, cache = run_with_cache(model, tokens, names="blocks.0.mixer.attention.weights")
+w = cache["blocks.0.mixer.attention.weights"][0]                       # [heads, T, T]
 fig, axes = plt.subplots(1, w.shape[0], figsize=(4.2 * w.shape[0], 4.2), layout="constrained")
 for h, ax in enumerate(axes):
     im = ax.imshow(w[h], cmap="viridis", vmin=0, vmax=1)

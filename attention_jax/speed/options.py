@@ -1,0 +1,59 @@
+"""Which faster forms `speed.fast` swaps into a model: one frozen `Speed`, checked when made.
+
+Nothing here imports JAX until a form is chosen for a backend, so a program can turn its
+settings into a `Speed` first.
+"""
+from __future__ import annotations
+
+import dataclasses
+
+from attention_jax.errors import ConfigError
+
+FORMS = ("auto", "reference", "causal_halves", "chunked", "fused")
+MATMUL_DTYPES = (None, "bfloat16")
+
+
+@dataclasses.dataclass(frozen=True)
+class Speed:
+    """Which faster forms `fast` swaps in. `form`: how attention is computed ("auto": causal_halves
+    on a CPU, fused on a GPU/TPU; "reference": as built); `chunk`: the chunked form's block of keys
+    and queries; `dense`: the projections' hand-written backward; `matmul_dtype`: "bfloat16" rounds
+    the projections' product inputs alone (a float32 model on a CPU's or GPU's bfloat16 units)."""
+    form: str = "auto"
+    chunk: int = 512
+    dense: bool = True
+    matmul_dtype: str | None = None
+
+    def __post_init__(self):
+        if self.form not in FORMS:
+            raise ConfigError(f"Speed(form={self.form!r}); choose one of {', '.join(FORMS)}")
+        if isinstance(self.chunk, bool) or not isinstance(self.chunk, int) or self.chunk < 1:
+            raise ConfigError(f"Speed(chunk={self.chunk!r}) must be a positive whole number of positions")
+        if not isinstance(self.dense, bool):
+            raise ConfigError(f"Speed(dense={self.dense!r}) must be True or False")
+        if self.matmul_dtype not in MATMUL_DTYPES:
+            raise ConfigError(f"Speed(matmul_dtype={self.matmul_dtype!r}); choose None or 'bfloat16'")
+        if self.matmul_dtype and not self.dense:
+            raise ConfigError("Speed(matmul_dtype='bfloat16') rounds the products of the hand-written dense layer; "
+                              "it needs dense=True")
+
+    def form_for(self, config, backend: str | None = None) -> str:
+        """The form a model of `config` computes attention by on `backend` (refusing one it cannot)."""
+        from attention_jax.speed import forms
+        chosen = forms.choose(self.form, dropout=config.dropout, backend=backend)
+        if chosen == "chunked" and config.positions == "alibi":
+            raise ConfigError("form='chunked' adds no bias to its scores, so it cannot compute positions='alibi'; "
+                              "use 'reference', 'causal_halves' or 'fused'")
+        if chosen in ("chunked", "fused") and config.dropout > 0:
+            raise ConfigError(f"form={chosen!r} has no dropout on its weights; use 'reference' or 'causal_halves' "
+                              "for dropout > 0")
+        return chosen
+
+    def describe(self, config, backend: str | None = None) -> str:
+        """What computes a config's attention, in words, e.g. "causal_halves" or "fused (cuDNN)"."""
+        from attention_jax.speed import forms
+        chosen = self.form_for(config, backend)
+        if chosen == "fused":
+            kernel = forms.fused_kernel(config.dtype, config.d_head_used, backend)
+            return f"fused ({'cuDNN' if kernel == 'cudnn' else 'XLA'})"
+        return f"chunked ({self.chunk} positions a chunk)" if chosen == "chunked" else chosen

@@ -1,0 +1,60 @@
+"""attention_jax.speed.options: a Speed is checked when made, says which form computes a config's
+attention on each backend (refusing the ones it cannot take), names it as a run reports it, and
+is made without importing JAX."""
+
+import dataclasses
+import subprocess
+import sys
+
+import pytest
+
+from attention_jax.config import ModelConfig
+from attention_jax.errors import ConfigError
+from attention_jax.speed import Speed
+
+TINY = ModelConfig(vocab_size=50, context=8, d_model=32, n_layers=2, n_heads=4)
+
+
+@pytest.mark.parametrize("change, needle", [
+    ({"form": "flash"}, "Speed(form='flash'); choose one of auto, reference, causal_halves, chunked, fused"),
+    ({"chunk": 0}, "Speed(chunk=0) must be a positive whole number"),
+    ({"chunk": True}, "Speed(chunk=True)"),
+    ({"dense": "yes"}, "Speed(dense='yes') must be True or False"),
+    ({"matmul_dtype": "float16"}, "Speed(matmul_dtype='float16'); choose None or 'bfloat16'"),
+    ({"matmul_dtype": "bfloat16", "dense": False}, "it needs dense=True"),
+])
+def test_a_speed_that_cannot_be_is_refused_in_one_line(change, needle):
+    with pytest.raises(ConfigError) as info:
+        Speed(**change)
+    assert needle in str(info.value) and "\n" not in str(info.value)
+
+
+def test_auto_is_causal_halves_on_a_cpu_and_fused_on_an_accelerator_unless_dropout():
+    auto = Speed()
+    assert auto.form_for(TINY, "cpu") == "causal_halves"
+    assert auto.form_for(TINY, "gpu") == auto.form_for(TINY, "tpu") == "fused"
+    assert auto.form_for(dataclasses.replace(TINY, dropout=0.1), "gpu") == "causal_halves"   # fused has no dropout
+    assert Speed(form="chunked").form_for(TINY, "gpu") == "chunked"
+
+
+def test_the_forms_a_config_cannot_take_are_refused_naming_both():
+    with pytest.raises(ConfigError, match="cannot compute positions='alibi'"):
+        Speed(form="chunked").form_for(dataclasses.replace(TINY, positions="alibi"))
+    with pytest.raises(ConfigError, match="form='fused' has no dropout on its weights"):
+        Speed(form="fused").form_for(dataclasses.replace(TINY, dropout=0.1))
+    assert Speed(form="causal_halves").form_for(dataclasses.replace(TINY, dropout=0.1)) == "causal_halves"
+
+
+def test_the_form_is_named_as_a_run_reports_it():
+    assert Speed().describe(TINY, "cpu") == "causal_halves"
+    assert Speed().describe(TINY, "gpu") == Speed().describe(TINY, "tpu") == "fused (XLA)"   # float32
+    bf16 = dataclasses.replace(TINY, dtype="bfloat16")
+    assert Speed().describe(bf16, "gpu") == "fused (cuDNN)" and Speed().describe(bf16, "tpu") == "fused (XLA)"
+    assert Speed(form="chunked", chunk=16).describe(TINY, "gpu") == "chunked (16 positions a chunk)"
+    assert Speed(form="reference").describe(TINY) == "reference"
+
+
+def test_a_speed_is_made_without_importing_jax():
+    code = "import sys; from attention_jax.speed import Speed; Speed(form='chunked'); print('jax' in sys.modules)"
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert out.stdout.strip() == "False"
