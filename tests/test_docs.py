@@ -68,6 +68,9 @@ def test_a_page_changed_by_hand_is_caught(tmp_path, monkeypatch):
     readme = tmp_path / "README.md"
     readme.write_text(f"x\n{pages.BEGIN}\n{pages.END}\n")
     monkeypatch.setattr(pages, "README", readme)
+    performance = tmp_path / "performance.md"
+    performance.write_text(f"y\n{pages.FIGURES[0]}\n{pages.FIGURES[1]}\n")
+    monkeypatch.setattr(pages, "PERFORMANCE", performance)
     assert pages.main([]) == 0 and pages.main(["--check"]) == 0
     page = tmp_path / f"{name}.md"
     page.write_text(page.read_text().replace("PASS", "FAIL", 1))
