@@ -3,7 +3,9 @@
 `attention_jax.functional` holds the pure functions (masks, scores, softmax, attention,
 positions, norms); `attention_jax.model` composes them into Flax NNX modules driven by one
 `ModelConfig`: the model as built is the equation. `attention_jax.speed` swaps in faster
-forms of the same numbers; `attention_jax.inspect` looks inside the model;
+forms of the same numbers; `attention_jax.inspect` looks inside the model, and
+`attention_jax.patching` and `attention_jax.circuits` take it apart (patching sweeps, the
+Mathematical Framework's circuits);
 `attention_jax.train` is the training engine (one compiled step, N seeds at once);
 `attention_jax.generate` writes text with a trained model.
 

@@ -16,14 +16,17 @@ import pathlib
 from attention_jax.errors import UserError
 from experiments.harness import cli, report
 
-# The chapter's order: averaging, scaling, the ladder, positions, √d, norms, cost, the toy, the lecture.
+# The chapter's order: averaging, scaling, the ladder, positions, √d, norms, cost, the toy, the lecture;
+# then the benchmarks and what the chapter leaves to others (patching).
 EXPERIMENTS = ["averaging", "scaling", "params", "parity", "ladder", "positions", "scale_ablation", "norms",
-               "complexity", "winograd", "inside_tiny_gpt", "throughput", "generation"]
+               "complexity", "winograd", "inside_tiny_gpt", "throughput", "generation", "patching"]
 TRAINING = {"ladder", "positions", "scale_ablation", "norms", "winograd", "inside_tiny_gpt"}
 CORPUS_TABLES = {"ladder", "positions", "scale_ablation", "norms"}     # trained on tiny-shakespeare (or --corpus)
 # What an experiment needs beyond the base install, and how to get it.
 NEEDS = {name: ("torch", "PyTorch, the oracle it compares with: pip install -e '.[test]' --extra-index-url "
                          "https://download.pytorch.org/whl/cpu") for name in ("parity", "throughput")}
+NEEDS["patching"] = ("transformer_lens", "TransformerLens and PyTorch, the oracle it races: pip install -e '.[test]' "
+                                         "--extra-index-url https://download.pytorch.org/whl/cpu")
 
 
 def missing(name: str) -> str | None:

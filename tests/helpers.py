@@ -170,3 +170,8 @@ def mlir_prelude() -> str:
     here = str(pathlib.Path(__file__).resolve().parent)
     return (f"import sys; sys.path.insert(0, {here!r}); from helpers import share_mlir_contexts; "
             "share_mlir_contexts(); sys.path.pop(0)\n")
+
+
+# -- TransformerLens: the oracle of patching and circuits (the lab's, experiments/transformer_lens_ref.py) --
+
+from experiments.transformer_lens_ref import random_gpt2 as tiny_gpt2, bridge as tl_bridge  # noqa: E402,F401

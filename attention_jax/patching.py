@@ -1,0 +1,193 @@
+"""Activation and attribution patching: which activations carry what a clean run has and a corrupted one lacks.
+
+    metric = normalized_logit_diff(model, clean, corrupted, answer, wrong)    # clean 1, corrupted 0
+    sweep = activation_patch(model, clean, corrupted, metric, hook="resid_pre", by="position")
+    sweep.values                                    # [layer, position]: the metric with that one patched
+    approx = attribution_patch(model, clean, corrupted, metric, hook="z", by="head")   # [layer, head]
+
+Activation patching runs the corrupted text with one activation (a hook point of one block,
+at one position or head) taken from the clean run, and reads the metric; attribution
+patching estimates all of them at once from one forward and one backward pass, as the
+metric's gradient times the activation's change (Nanda 2023, attribution patching). With
+`into="clean"` the clean text runs and corrupted activations go in (what breaks it).
+
+A sweep is one compiled program: the patches are an index, and `lax.map` (which vmaps
+`batch_size` of them at a time) runs the model once per index inside it, not a Python loop
+of forwards. Hook points are the model's own (`inspect.hook_names`), read and patched by the
+model as built; `hook` names a kind, and `by` the axes the sweep runs over.
+"""
+from __future__ import annotations
+
+import dataclasses
+import functools
+from typing import Callable
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+from flax import nnx
+
+from attention_jax.errors import ConfigError
+from attention_jax.inspect import patched, run_with_cache
+
+# hook kind -> (its name in block i, the axes of its value after the batch's)
+HOOKS = {**{k: (f"blocks.{{i}}.{k}", ("position", "d_model"))
+            for k in ("resid_pre", "resid_mid", "resid_post", "mixer_out", "ffn_out")},
+         **{k: (f"blocks.{{i}}.mixer.{k}", ("head", "position", "d_head")) for k in ("q", "k", "v", "z")},
+         "weights": ("blocks.{i}.mixer.attention.weights", ("head", "position", "key"))}
+BY = {"position": ("position",), "head": ("head",), "head_position": ("head", "position")}
+
+
+@dataclasses.dataclass(frozen=True)
+class Sweep:
+    """A patching result: `values` over `axes` (layer first), for `hook`; `np.asarray(sweep)` is the array."""
+    values: np.ndarray
+    axes: tuple[str, ...]
+    hook: str
+    method: str = "activation"
+    labels: tuple[str, ...] | None = None     # names along the first axis, where it is not a number (components)
+
+    def __array__(self, dtype=None, copy=None):
+        return self.values if dtype is None else self.values.astype(dtype)
+
+    def max(self) -> tuple[float, dict]:
+        """The largest value and where it is, by axis name: (0.93, {"layer": 1, "head": 4})."""
+        at = np.unravel_index(int(np.argmax(self.values)), self.values.shape)
+        return float(self.values[at]), dict(zip(self.axes, map(int, at)))
+
+
+def logit_diff(logits, answer, wrong, *, position: int = -1) -> jax.Array:
+    """Mean over the batch of logit[answer] - logit[wrong] at `position` ([B] ids, or one id for all)."""
+    at = logits[:, position]                                            # [B, V]
+    rows = jnp.arange(at.shape[0])
+    pick = lambda ids: at[rows, jnp.broadcast_to(jnp.asarray(ids), rows.shape)]
+    return jnp.mean(pick(answer) - pick(wrong))
+
+
+def normalized_logit_diff(model, clean, corrupted, answer, wrong, *, position: int = -1) -> Callable:
+    """A metric over logits: 1 where the logit difference is the clean run's, 0 where it is the corrupted's."""
+    ld = lambda tokens: float(logit_diff(model(jnp.asarray(tokens)), answer, wrong, position=position))
+    high, low = ld(clean), ld(corrupted)
+    if high == low:
+        raise ConfigError("the clean and corrupted runs give one logit difference: nothing to normalise by; "
+                          "choose texts (or answers) the model tells apart")
+    return _Normalized(answer, wrong, position, high, low)
+
+
+@dataclasses.dataclass(frozen=True)
+class _Normalized:
+    """(logit_diff - corrupted) / (clean - corrupted): hashable, so sweeps with it reuse their programs."""
+    answer: object
+    wrong: object
+    position: int
+    clean: float
+    corrupted: float
+
+    def __hash__(self):
+        return hash((np.asarray(self.answer).tobytes(), np.asarray(self.wrong).tobytes(), self.position, self.clean,
+                     self.corrupted))
+
+    def __eq__(self, other):
+        return isinstance(other, _Normalized) and hash(self) == hash(other)
+
+    def __call__(self, logits):
+        ld = logit_diff(logits, self.answer, self.wrong, position=self.position)
+        return (ld - self.corrupted) / (self.clean - self.corrupted)
+
+
+def _plan(model, clean, corrupted, hook: str, by: str, into: str):
+    """(target tokens, source tokens, hook names per block, grid sizes) for a sweep, or one line why not."""
+    if hook not in HOOKS:
+        raise ConfigError(f"hook={hook!r}; choose one of {', '.join(HOOKS)}")
+    axes = HOOKS[hook][1]
+    if by not in BY or not set(BY[by]) <= set(axes):
+        fits = [b for b, need in BY.items() if set(need) <= set(axes)]
+        raise ConfigError(f"by={by!r} does not fit hook={hook!r} (its axes: {', '.join(axes)}); choose "
+                          f"{' or '.join(map(repr, fits))}")
+    if into not in ("corrupted", "clean"):
+        raise ConfigError(f"into={into!r}; choose 'corrupted' (clean activations into the corrupted run) or 'clean'")
+    clean, corrupted = (np.asarray(t) for t in (clean, corrupted))
+    if clean.shape != corrupted.shape or clean.ndim != 2:
+        raise ConfigError(f"clean and corrupted tokens must be [B, T] of one shape, got {clean.shape} and "
+                          f"{corrupted.shape}")
+    cfg = model.config
+    if hook not in HOOKS or (axes[0] == "head" and cfg.heads_used == 0):
+        raise ConfigError(f"hook={hook!r} is a head's, and this model's mixer ({cfg.mixer!r}) has no heads")
+    names = [HOOKS[hook][0].format(i=i) for i in range(cfg.n_layers)]
+    sizes = {"layer": cfg.n_layers, "head": cfg.heads_used, "position": clean.shape[1]}
+    target, source = (corrupted, clean) if into == "corrupted" else (clean, corrupted)
+    return jnp.asarray(target), jnp.asarray(source), names, (cfg.n_layers, *[sizes[a] for a in BY[by]])
+
+
+def _mask(shape, axes, by, index, layer):
+    """bool [B, ...] of one block's value: where the patch at `index` (layer, then `by`'s axes) replaces it."""
+    keep = index[0] == layer
+    for j, axis in enumerate(BY[by]):
+        at = 1 + axes.index(axis)
+        line = jnp.arange(shape[at]) == index[1 + j]
+        keep = keep & line.reshape([-1 if d == at else 1 for d in range(len(shape))])
+    return jnp.broadcast_to(keep, shape)
+
+
+@functools.partial(jax.jit, static_argnames=("graphdef", "names"))
+def _recorded(graphdef, state, tokens, *, names):
+    """The named hook points' values on `tokens`: `run_with_cache`, compiled."""
+    return run_with_cache(nnx.merge(graphdef, state), tokens, list(names))[1]
+
+
+@functools.partial(jax.jit, static_argnames=("graphdef", "names", "axes", "by", "metric", "batch_size"))
+def _sweep(graphdef, state, target, source, indices, *, names, axes, by, metric, batch_size):
+    """The source run's hook values, then the target run once per index with one block's value patched."""
+    sources = run_with_cache(nnx.merge(graphdef, state), source, list(names))[1]
+
+    def one(index):
+        model = nnx.merge(graphdef, state)
+        fns = {n: (lambda s, layer: lambda v: jnp.where(_mask(v.shape, axes, by, index, layer), s, v))(sources[n], i)
+               for i, n in enumerate(names)}
+        with patched(model, fns):
+            return metric(model(target))
+    return jax.lax.map(one, indices, batch_size=batch_size)
+
+
+def activation_patch(model, clean, corrupted, metric: Callable, *, hook: str = "resid_pre", by: str = "position",
+                     into: str = "corrupted", batch_size: int | None = None) -> Sweep:
+    """The metric of the target run (the corrupted one; `into="clean"`: the clean one) with one block's
+    `hook` value taken from the other run, for every block and every index of `by`: [layer, *by].
+
+    `metric(logits [B, T, V]) -> scalar`, e.g. `normalized_logit_diff(...)`. `batch_size`: patched
+    forwards computed side by side (default all of them; fewer to bound memory)."""
+    target, source, names, grid = _plan(model, clean, corrupted, hook, by, into)
+    graphdef, state = nnx.split(model)
+    indices = np.stack(np.unravel_index(np.arange(int(np.prod(grid))), grid), axis=-1).astype(np.int32)
+    size = min(batch_size or len(indices), len(indices))
+    values = _sweep(graphdef, state, target, source, indices, names=tuple(names),
+                    axes=HOOKS[hook][1], by=by, metric=metric, batch_size=size)
+    return Sweep(np.asarray(values, np.float64).reshape(grid), ("layer", *BY[by]), hook)
+
+
+def attribution_patch(model, clean, corrupted, metric: Callable, *, hook: str = "resid_pre", by: str = "position",
+                      into: str = "corrupted") -> Sweep:
+    """`activation_patch`'s sweep estimated to first order, for every patch at once: the metric's
+    gradient at the target run times the change each patch makes (source - target), summed over
+    the axes the patch covers. One forward and one backward pass. Exact where the metric is linear
+    in the patched activation over the change; see docs/library.md for where it is not."""
+    target, source, names, grid = _plan(model, clean, corrupted, hook, by, into)
+    graphdef, state = nnx.split(model)
+    came, was = (_recorded(graphdef, state, tokens, names=tuple(names)) for tokens in (source, target))
+    grads = _gradients(graphdef, state, target, {n: jnp.zeros_like(was[n]) for n in names}, names=tuple(names),
+                       metric=metric)
+    axes = ("batch",) + HOOKS[hook][1]
+    keep = [axes.index(a) for a in BY[by]]
+    summed = lambda a: jnp.sum(a, axis=tuple(d for d in range(a.ndim) if d not in keep))
+    values = jnp.stack([summed((came[n] - was[n]) * grads[n]) for n in names])
+    return Sweep(np.asarray(values, np.float64).reshape(grid), ("layer", *BY[by]), hook, "attribution")
+
+
+@functools.partial(jax.jit, static_argnames=("graphdef", "names", "metric"))
+def _gradients(graphdef, state, target, zeros, *, names, metric):
+    """d metric / d each block's hook value, at the target run: through a zero added at each hook point."""
+    def run(deltas):
+        model = nnx.merge(graphdef, state)
+        with patched(model, {n: (lambda d: lambda v: v + d)(deltas[n]) for n in names}):
+            return metric(model(target))
+    return jax.grad(run)(zeros)

@@ -1,0 +1,167 @@
+"""attention_jax.patching: a compiled sweep equals patching one activation at a time by hand, for every
+hook kind and axis; the reverse direction; the normalised metric's ends; attribution patching agrees
+with exact patching where the patches are small; and every sweep equals TransformerLens' on the same
+Hugging Face weights (its TransformerBridge, one forward per patch)."""
+
+import numpy as np
+import pytest
+import torch
+import jax.numpy as jnp
+from flax import nnx
+
+from attention_jax.config import ModelConfig
+from attention_jax.errors import ConfigError
+from attention_jax.inspect import patched, run_with_cache
+from attention_jax.model import LanguageModel
+from attention_jax.patching import (HOOKS, activation_patch, attribution_patch, logit_diff,
+                                    normalized_logit_diff)
+
+from helpers import tiny_gpt2, tl_bridge
+
+TINY = ModelConfig(vocab_size=50, context=8, d_model=32, n_layers=2, n_heads=4)
+
+
+@pytest.fixture(scope="module")
+def case():
+    """A model, two texts differing in one token (position 2), and the metric between them."""
+    model = LanguageModel(TINY, rngs=nnx.Rngs(0))
+    clean = np.random.default_rng(0).integers(0, 50, (3, 8))
+    corrupted = clean.copy()
+    corrupted[:, 2] = (corrupted[:, 2] + 7) % 50
+    return model, clean, corrupted, normalized_logit_diff(model, clean, corrupted, 3, 4)
+
+
+def by_hand(model, clean, corrupted, metric, hook, by):
+    """The same sweep as a Python loop: one patched forward per (layer, index), eager."""
+    names = [HOOKS[hook][0].format(i=i) for i in range(model.config.n_layers)]
+    _, cache = run_with_cache(model, jnp.asarray(clean), names)
+    axes = ("batch", *HOOKS[hook][1])
+    sizes = {"head": model.config.heads_used, "position": clean.shape[1]}
+    grid = [sizes[a] for a in {"position": ["position"], "head": ["head"], "head_position": ["head", "position"]}[by]]
+    out = np.zeros([len(names), *grid])
+    for idx in np.ndindex(*out.shape):
+        layer, rest = idx[0], idx[1:]
+        where = [slice(None)] * len(axes)
+        for axis, i in zip({"position": ["position"], "head": ["head"],
+                            "head_position": ["head", "position"]}[by], rest):
+            where[axes.index(axis)] = i
+        src = cache[names[layer]]
+        with patched(model, {names[layer]: lambda v: v.at[tuple(where)].set(src[tuple(where)])}):
+            out[idx] = float(metric(model(jnp.asarray(corrupted))))
+    return out
+
+
+@pytest.mark.parametrize("hook, by", [("resid_pre", "position"), ("z", "head"), ("weights", "head_position"),
+                                      pytest.param("ffn_out", "position", marks=pytest.mark.slow),
+                                      pytest.param("v", "head_position", marks=pytest.mark.slow)])
+def test_a_compiled_sweep_equals_patching_one_activation_at_a_time(case, hook, by):
+    model, clean, corrupted, metric = case
+    sweep = activation_patch(model, clean, corrupted, metric, hook=hook, by=by, batch_size=5)   # 5: a ragged last map
+    assert sweep.axes == ("layer", *{"position": ("position",), "head": ("head",),
+                                     "head_position": ("head", "position")}[by])
+    np.testing.assert_allclose(sweep.values, by_hand(model, clean, corrupted, metric, hook, by), atol=2e-4)
+
+
+def test_the_normalised_metric_is_one_on_the_clean_run_and_zero_on_the_corrupted(case):
+    model, clean, corrupted, metric = case
+    assert float(metric(model(jnp.asarray(clean)))) == pytest.approx(1.0, abs=1e-5)
+    assert float(metric(model(jnp.asarray(corrupted)))) == pytest.approx(0.0, abs=1e-5)
+    # the first block's input at the changed position carries all of it; at the others, nothing
+    sweep = activation_patch(model, clean, corrupted, metric, hook="resid_pre", by="position")
+    np.testing.assert_allclose(sweep.values[0], np.eye(8)[2], atol=1e-4)      # compiled vs eager: rounding
+    assert sweep.max()[1] in ({"layer": 0, "position": 2}, {"layer": 1, "position": 7})
+    # the reverse: corrupting the clean run at that position takes it all away
+    reverse = activation_patch(model, clean, corrupted, metric, hook="resid_pre", by="position", into="clean")
+    np.testing.assert_allclose(reverse.values[0], 1 - np.eye(8)[2], atol=1e-4)
+
+
+def test_attribution_patching_agrees_with_exact_patching_where_the_patches_are_small():
+    """The two texts differ in one token whose embedding is moved a little: every activation's change
+    is small, and the first-order estimate is the exact effect to second order."""
+    model = LanguageModel(TINY, rngs=nnx.Rngs(1))
+    table = model.token_embed.embedding
+    table[...] = table[...].at[9].set(table[...][8] + 0.01 * (table[...][9] - table[...][8]))   # 9 is 8, almost
+    clean = np.random.default_rng(1).integers(10, 50, (2, 8))
+    clean[:, 3] = 8
+    corrupted = clean.copy()
+    corrupted[:, 3] = 9
+    metric = lambda logits: logit_diff(logits, 3, 4)
+    for hook, by in (("resid_pre", "position"), ("z", "head"), ("mixer_out", "position")):
+        exact = activation_patch(model, clean, corrupted, metric, hook=hook, by=by).values
+        base = float(metric(model(jnp.asarray(corrupted))))
+        approx = attribution_patch(model, clean, corrupted, metric, hook=hook, by=by)
+        assert approx.method == "attribution" and approx.values.shape == exact.shape
+        np.testing.assert_allclose(approx.values, exact - base, atol=2e-2 * np.abs(exact - base).max())   # 2% of the largest
+
+
+def test_where_attribution_patching_is_not_exact_it_says_so_by_differing():
+    """Large patches through a softmax and LayerNorm: the linear estimate is off (docs/library.md)."""
+    model = LanguageModel(TINY, rngs=nnx.Rngs(0))
+    clean = np.random.default_rng(0).integers(0, 50, (3, 8))
+    corrupted = (clean + 17) % 50
+    metric = normalized_logit_diff(model, clean, corrupted, 3, 4)
+    exact = activation_patch(model, clean, corrupted, metric, hook="resid_pre", by="position").values
+    approx = attribution_patch(model, clean, corrupted, metric, hook="resid_pre", by="position").values
+    assert np.abs(approx - exact).max() > 0.05
+
+
+@pytest.mark.parametrize("bad, match", [
+    (dict(hook="mlp"), "hook='mlp'; choose one of"),
+    (dict(hook="resid_pre", by="head"), "by='head' does not fit hook='resid_pre'"),
+    (dict(into="both"), "into='both'"),
+])
+def test_a_sweep_that_cannot_be_is_refused_in_one_line(case, bad, match):
+    model, clean, corrupted, metric = case
+    with pytest.raises(ConfigError, match=match) as info:
+        activation_patch(model, clean, corrupted, metric, **bad)
+    assert "\n" not in str(info.value)
+    with pytest.raises(ConfigError, match="of one shape"):
+        activation_patch(model, clean, corrupted[:, :5], metric)
+    with pytest.raises(ConfigError, match="nothing to normalise by"):
+        normalized_logit_diff(model, clean, clean, 3, 4)
+    average = LanguageModel(ModelConfig(vocab_size=50, context=8, mixer="average"), rngs=nnx.Rngs(0))
+    with pytest.raises(ConfigError, match="has no heads"):
+        activation_patch(average, clean, corrupted, metric, hook="z", by="head")
+
+
+# --- TransformerLens on the same weights --------------------------------------------------------
+
+# ours (hook, by) -> TransformerLens' function, and how its axes map onto ours
+TL = {("resid_pre", "position"): ("get_act_patch_resid_pre", None),
+      ("resid_mid", "position"): ("get_act_patch_resid_mid", None),
+      ("mixer_out", "position"): ("get_act_patch_attn_out", None),
+      ("ffn_out", "position"): ("get_act_patch_mlp_out", None),
+      ("z", "head"): ("get_act_patch_attn_head_out_all_pos", None),
+      ("z", "head_position"): ("get_act_patch_attn_head_out_by_pos", (0, 2, 1)),   # theirs [L, pos, H]
+      ("q", "head"): ("get_act_patch_attn_head_q_all_pos", None),
+      ("k", "head_position"): ("get_act_patch_attn_head_k_by_pos", (0, 2, 1)),
+      ("v", "head"): ("get_act_patch_attn_head_v_all_pos", None),
+      ("weights", "head"): ("get_act_patch_attn_head_pattern_all_pos", None),
+      ("weights", "head_position"): ("get_act_patch_attn_head_pattern_by_pos", None)}
+
+
+@pytest.fixture(scope="module")
+def gpt2(tmp_path_factory):
+    ours, hf = tiny_gpt2(tmp_path_factory.mktemp("gpt2"))
+    clean = np.random.default_rng(2).integers(0, 101, (2, 10))
+    corrupted = clean.copy()
+    corrupted[:, 4] = (corrupted[:, 4] + 31) % 101
+    return ours, tl_bridge(hf), clean, corrupted
+
+
+@pytest.mark.slow
+def test_every_sweep_equals_transformer_lens_on_the_same_weights(gpt2):
+    import transformer_lens.patching as tl_patching
+    ours, bridge, clean, corrupted = gpt2
+    metric = normalized_logit_diff(ours, clean, corrupted, 5, 6)
+    with torch.no_grad():
+        clean_logits, clean_cache = bridge.run_with_cache(torch.as_tensor(clean))
+        tl_diff = lambda lg: (lg[:, -1, 5] - lg[:, -1, 6]).mean()
+        high, low = float(tl_diff(clean_logits)), float(tl_diff(bridge(torch.as_tensor(corrupted))))
+        assert high == pytest.approx(metric.clean, rel=1e-4) and low == pytest.approx(metric.corrupted, rel=1e-4)
+        tl_metric = lambda lg: (tl_diff(lg) - low) / (high - low)
+        for (hook, by), (name, order) in TL.items():
+            theirs = getattr(tl_patching, name)(bridge, torch.as_tensor(corrupted), clean_cache, tl_metric).numpy()
+            theirs = theirs if order is None else theirs.transpose(order)
+            mine = activation_patch(ours, clean, corrupted, metric, hook=hook, by=by).values
+            np.testing.assert_allclose(mine, theirs, atol=2e-4, err_msg=f"{hook} by {by} vs {name}")
