@@ -221,3 +221,25 @@ def _has(model, pattern: str) -> bool:
     import fnmatch
     from attention_jax.inspect import hook_names
     return any(fnmatch.fnmatchcase(n, pattern) for n in hook_names(model))
+
+
+# --- what heads attend to, on repeated text (Olsson et al. 2022) -----------------------------------
+
+def prefix_matching(weights, first, span) -> jax.Array:
+    """[H]: each head's mean weight, from every token of a repeated segment's second copy, on the token
+    after that token's earlier occurrence (t - span + 1): an induction head's signature, 1 at most.
+    `weights` [B, H, T, T] on sequences whose first copy starts at `first` [B] and spans `span` [B]
+    (`data.repeats.repeated_segments`)."""
+    T = weights.shape[-1]
+    t = jnp.arange(T)[None, :]
+    first, span = jnp.asarray(first)[:, None], jnp.asarray(span)[:, None]
+    in_copy = (t >= first + span) & (t < first + 2 * span)                       # [B, T]
+    key = jnp.clip(t - span + 1, 0, T - 1)
+    picked = jnp.take_along_axis(weights, jnp.broadcast_to(key[:, None, :, None], (*weights.shape[:-1], 1)),
+                                 axis=-1)[..., 0]                                # [B, H, T]
+    return jnp.sum(picked * in_copy[:, None], axis=(0, 2)) / jnp.maximum(jnp.sum(in_copy), 1)
+
+
+def previous_token(weights) -> jax.Array:
+    """[H]: each head's mean weight on the token just before the query (t - 1), over every t >= 1."""
+    return jnp.mean(jnp.diagonal(weights, offset=-1, axis1=-2, axis2=-1), axis=(0, -1))

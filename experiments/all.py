@@ -19,8 +19,8 @@ from experiments.harness import cli, report
 # The chapter's order: averaging, scaling, the ladder, positions, √d, norms, cost, the toy, the lecture;
 # then the benchmarks and what the chapter leaves to others (patching).
 EXPERIMENTS = ["averaging", "scaling", "params", "parity", "ladder", "positions", "scale_ablation", "norms",
-               "complexity", "winograd", "inside_tiny_gpt", "throughput", "generation", "patching"]
-TRAINING = {"ladder", "positions", "scale_ablation", "norms", "winograd", "inside_tiny_gpt"}
+               "complexity", "winograd", "inside_tiny_gpt", "throughput", "generation", "patching", "induction"]
+TRAINING = {"ladder", "positions", "scale_ablation", "norms", "winograd", "inside_tiny_gpt", "induction"}
 CORPUS_TABLES = {"ladder", "positions", "scale_ablation", "norms"}     # trained on tiny-shakespeare (or --corpus)
 # What an experiment needs beyond the base install, and how to get it.
 NEEDS = {name: ("torch", "PyTorch, the oracle it compares with: pip install -e '.[test]' --extra-index-url "

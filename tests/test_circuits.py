@@ -166,3 +166,23 @@ def test_direct_logit_attribution_equals_transformer_lens_with_its_layernorm_fol
     np.testing.assert_allclose(mine.values, theirs, atol=1e-4)
     np.testing.assert_allclose(C.direct_logit_attribution(ours, tokens, answer, wrong, by="head").values.ravel(),
                                theirs_heads, atol=1e-4)
+
+
+def test_prefix_matching_and_previous_token_scores_read_the_heads_signatures():
+    """A head attending exactly to the token after the earlier occurrence scores 1 on prefix matching;
+    one attending to the token before, 1 on previous-token; one on the first token, 0 on both."""
+    from attention_jax.data.repeats import repeated_segments
+    b = repeated_segments(0, 0, batch=4, length=32, vocab=50, shortest=4, longest=12)
+    T, first, span = 32, b["first"], b["span"]
+    w = np.zeros((4, 3, T, T))
+    w[:, :, :, 0] = 1
+    for i in range(4):
+        for t in range(first[i] + span[i], first[i] + 2 * span[i]):
+            w[i, 0, t] = 0
+            w[i, 0, t, t - span[i] + 1] = 1
+        for t in range(1, T):
+            w[i, 1, t] = 0
+            w[i, 1, t, t - 1] = 1
+    prefix, previous = np.asarray(C.prefix_matching(jnp.asarray(w), first, span)), np.asarray(C.previous_token(jnp.asarray(w)))
+    np.testing.assert_allclose(prefix, [1, 0, 0], atol=1e-6)
+    assert previous[1] == pytest.approx(1.0) and previous[0] < 0.2 and previous[2] == pytest.approx(1 / (T - 1))

@@ -1,0 +1,39 @@
+"""experiments.induction on its smoke preset, two seeds: both models train, every claim is reported per
+seed (none decided at this budget), the figure and the viewer are written; and the claims' arithmetic
+on records shaped like a finished run's: the half-way steps and the window."""
+import json
+
+import numpy as np
+import pytest
+
+from experiments import induction
+
+
+@pytest.mark.slow
+def test_the_smoke_run_trains_both_models_and_reports_every_claim_per_seed(tmp_path):
+    assert induction.main(["--preset", "smoke", "--seeds", "2", "--no-progress", "--out", str(tmp_path)]) == 0
+    folder = tmp_path / "induction"
+    results = json.loads((folder / "results.json").read_text())
+    assert [r["name"] for r in results["rows"]] == ["one_layer", "two_layers"]
+    assert len(results["claims"]) == 7 and all(c["seeds"]["of"] == 2 for c in results["claims"])
+    assert all(not c["decided"] for c in results["claims"])
+    two = results["rows"][1]
+    assert np.asarray(two["final"]["prefix"]).shape == (2, 8) and len(two["history"]) == 2
+    assert len(results["per_seed"]) == 2 and {"k_top", "removed_by_induction"} <= set(results["per_seed"][0])
+    assert (folder / "induction.png").exists() and (folder / "induction.html").exists()
+
+
+def test_the_half_way_step_is_where_a_figure_has_moved_half_its_way():
+    history = [{"step": s, "loss": [[v]]} for s, v in ((100, 4.0), (200, 3.9), (300, 2.4), (400, 1.0))]
+    assert induction.steps_at_half(history, "loss", 0, lambda v: v[0]) == 300     # 2.5 passed at 300
+    rising = [{"step": s, "score": [v]} for s, v in ((100, 0.0), (200, 0.2), (300, 0.7))]
+    assert induction.steps_at_half(rising, "score", 0) == 300
+    assert induction.steps_at_half(rising[:1], "score", 0) == 100      # nothing moved: the first step
+
+
+def test_the_claims_fail_where_their_figures_do():
+    good = dict(one_layer_max_prefix=0.02, induction_prefix=0.7, window_gap=1.0, rise_step=2000, fall_step=2100,
+                removed_by_induction=0.8, removed_by_previous=0.9, k_pair_is_circuit=1.0, k_over_baseline=0.1)
+    assert all(c["passed"] for c in induction.claims({"all": good}))
+    bad = dict(good, one_layer_max_prefix=0.3, window_gap=3.0, k_pair_is_circuit=0.0)
+    assert [c["passed"] for c in induction.claims({"all": bad})] == [False, True, False, True, True, False, True]
