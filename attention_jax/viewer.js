@@ -106,3 +106,53 @@ function attentionViewer(root, d) {
   show("head"); draw(null);
   root.dataset.ready = "1";
 }
+
+// The patching view: a sweep's values as a heatmap, rows = blocks, columns = positions or heads (a
+// [layer, head, position] sweep: one block at a time, chosen in a select). Blue below zero, red above,
+// white at zero, on one scale for the whole sweep; hover a cell to read it. State the tests read:
+// data-cells (cells drawn), and the tip's text.
+function patchingViewer(root, d) {
+  const el = (tag, attrs = {}, text) => { const e = document.createElement(tag);
+    for (const [k, v] of Object.entries(attrs)) e.setAttribute(k, v); if (text !== undefined) e.textContent = text; return e; };
+  const three = d.shape.length === 3, L = d.shape[0];
+  const at = (idx) => { let flat = 0; for (let k = 0; k < idx.length; k++) flat = flat * d.shape[k] + idx[k]; return d.values[flat]; };
+  const big = Math.max(1e-12, ...d.values.map(Math.abs));
+  const colour = v => { const t = Math.min(1, Math.abs(v) / big), c = Math.round(255 * (1 - t));
+    return v >= 0 ? `rgb(255,${c},${c})` : `rgb(${c},${c},255)`; };
+  root.style.cssText = "font: 13px system-ui, sans-serif; color: #222; max-width: 980px";
+  root.appendChild(el("div", {style: "font-weight: 600; margin-bottom: 6px"},
+    `${d.title}: ${d.method} patching of ${d.hook}, ${d.axes.join(" x ")}; scale ±${big.toPrecision(3)}`));
+  const bar = root.appendChild(el("div", {style: "margin-bottom: 6px"}));
+  let layerSel = null;
+  if (three) { bar.append("block "); layerSel = bar.appendChild(el("select", {class: "ajp-layer"}));
+    for (let l = 0; l < L; l++) layerSel.appendChild(el("option", {value: l}, String(l))); }
+  const tip = bar.appendChild(el("span", {class: "ajp-tip", style: "margin-left: 12px; font-family: monospace"}, "hover a cell"));
+  const grid = root.appendChild(el("div", {class: "ajp-grid"}));
+  const names = (axis, n) => (axis === "position" && d.labels) ? d.labels.map(String) : Array.from({length: n}, (_, i) => `${axis} ${i}`);
+  function draw() {
+    grid.textContent = "";
+    const rowsAxis = three ? d.axes[1] : d.axes[0], colsAxis = three ? d.axes[2] : d.axes[1];
+    const R = three ? d.shape[1] : d.shape[0], Cn = three ? d.shape[2] : d.shape[1], l = three ? +layerSel.value : null;
+    const colNames = names(colsAxis, Cn), rowNames = names(rowsAxis, R);
+    const table = grid.appendChild(el("table", {style: "border-collapse: collapse"}));
+    const head = table.appendChild(el("tr")); head.appendChild(el("th"));
+    colNames.forEach(n => head.appendChild(el("th", {style: "font-weight: 400; font-size: 10px; padding: 0 2px; white-space: pre"}, n)));
+    let cells = 0;
+    for (let r = 0; r < R; r++) {
+      const tr = table.appendChild(el("tr"));
+      tr.appendChild(el("th", {style: "font-weight: 400; text-align: right; padding-right: 4px"}, three ? rowNames[r] : `block ${r}`));
+      for (let c = 0; c < Cn; c++) {
+        const v = three ? at([l, r, c]) : at([r, c]);
+        const td = tr.appendChild(el("td", {class: "ajp-cell", "data-r": r, "data-c": c,
+          style: `width: 22px; height: 22px; background: ${colour(v)}; border: 1px solid #eee`}));
+        td.addEventListener("mouseenter", () => { tip.textContent =
+          `${three ? `block ${l}, ` : ""}${three ? rowNames[r] : `block ${r}`}, ${colNames[c]}: ${v.toFixed(4)}`; });
+        cells++;
+      }
+    }
+    root.dataset.cells = String(cells);
+  }
+  if (layerSel) layerSel.addEventListener("change", draw);
+  draw();
+  root.dataset.ready = "1";
+}

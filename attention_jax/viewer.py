@@ -10,7 +10,10 @@ looks, or what looks at it; one head or all averaged) and the pattern grid (a sm
 per block and head; click one to enlarge it, hover a cell to read its weight). Colours are
 viridis, which reads in greyscale and for the common colour-blindnesses. The weights travel
 inside the page as 16-bit fractions (the lower triangle alone when causal), so a few hundred
-tokens stay a few megabytes at most; everything is drawn on canvases.
+tokens stay a few megabytes at most; everything is drawn on canvases. `PatchingView` shows a
+patching sweep (`attention_jax.patching`) the same way: a heatmap of blocks by positions or
+heads, hover a cell for its value. Every string goes in as escaped JSON, so no label or title
+can change the page: a token such as `</script>` or `<!--` is shown as text.
 """
 from __future__ import annotations
 
@@ -52,22 +55,70 @@ class AttentionView:
 
     def html(self) -> str:
         """A fragment that shows the views wherever HTML is shown (a notebook cell, a page)."""
-        uid = f"ajv{next(_ids)}"
-        data = json.dumps(self.payload()).replace("</", "<\\/")
-        return (f'<div class="ajv" id="{uid}" data-title="{html.escape(self.title)}"></div>'
-                f'<script>(function(){{{_SCRIPT.read_text(encoding="utf-8")}\n'
-                f'attentionViewer(document.getElementById("{uid}"), {data});}})();</script>')
+        return _fragment("ajv", "attentionViewer", self.title, self.payload())
 
     def _repr_html_(self) -> str:
         return self.html()
 
     def save(self, path) -> pathlib.Path:
         """The views as a standalone HTML file."""
-        path = pathlib.Path(path)
-        path.parent.mkdir(parents=True, exist_ok=True)
-        path.write_text(f'<!doctype html><html><head><meta charset="utf-8"><title>{html.escape(self.title)}'
-                        f'</title></head><body style="margin:16px">{self.html()}</body></html>\n', encoding="utf-8")
-        return path
+        return _page(path, self.title, self.html())
+
+
+class PatchingView:
+    """A patching sweep (`attention_jax.patching.Sweep`, or any [layer, ·] / [layer, head, position]
+    array with its axis names) as an interactive heatmap; `labels`: the positions' tokens."""
+
+    def __init__(self, sweep, labels=None, *, title: str = "patching"):
+        values = np.asarray(sweep, np.float64)
+        axes = tuple(getattr(sweep, "axes", ("layer", "position") if values.ndim == 2 else ("layer", "head", "position")))
+        if values.ndim not in (2, 3) or len(axes) != values.ndim or not np.all(np.isfinite(values)):
+            raise ConfigError(f"a patching view shows finite [layer, x] or [layer, head, position] values; got shape "
+                              f"{values.shape}")
+        if labels is not None and ("position" not in axes or len(labels) != values.shape[axes.index("position")]):
+            raise ConfigError(f"{len(labels)} labels for a sweep over {', '.join(axes)} {values.shape}; give one "
+                              "per position")
+        self.values, self.axes, self.title = values, axes, title
+        self.labels = None if labels is None else [str(t) for t in labels]
+        self.hook, self.method = getattr(sweep, "hook", "a hook point"), getattr(sweep, "method", "activation")
+
+    def payload(self) -> dict:
+        return {"shape": list(self.values.shape), "axes": list(self.axes), "values": self.values.ravel().tolist(),
+                "labels": self.labels, "title": self.title, "hook": self.hook, "method": self.method}
+
+    def html(self) -> str:
+        return _fragment("ajp", "patchingViewer", self.title, self.payload())
+
+    def _repr_html_(self) -> str:
+        return self.html()
+
+    def save(self, path) -> pathlib.Path:
+        return _page(path, self.title, self.html())
+
+
+def _embedded(payload: dict) -> str:
+    """JSON that no text in it can end the script it sits in, or open a comment there: <, > and & as
+    escapes, and the line separators JavaScript once refused in strings."""
+    text = json.dumps(payload)
+    for raw, escaped in (("<", "\\u003c"), (">", "\\u003e"), ("&", "\\u0026"), ("\u2028", "\\u2028"),
+                         ("\u2029", "\\u2029")):
+        text = text.replace(raw, escaped)
+    return text
+
+
+def _fragment(kind: str, function: str, title: str, payload: dict) -> str:
+    uid = f"{kind}{next(_ids)}"
+    return (f'<div class="{kind}" id="{uid}" data-title="{html.escape(title)}"></div>'
+            f'<script>(function(){{{_SCRIPT.read_text(encoding="utf-8")}\n'
+            f'{function}(document.getElementById("{uid}"), {_embedded(payload)});}})();</script>')
+
+
+def _page(path, title: str, body: str) -> pathlib.Path:
+    path = pathlib.Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(f'<!doctype html><html><head><meta charset="utf-8"><title>{html.escape(title)}'
+                    f'</title></head><body style="margin:16px">{body}</body></html>\n', encoding="utf-8")
+    return path
 
 
 def view(model, ids, labels=None, *, title: str = "attention") -> AttentionView:

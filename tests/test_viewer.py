@@ -124,3 +124,79 @@ def test_a_few_hundred_tokens_stay_usable(browser, tmp_path):
     assert page.get_attribute(".ajv", "data-shown") == "1,0" and errors == [] and \
         [u for u in asked if not u.startswith("file:")] == []
     page.close()
+
+
+HOSTILE = ["<!--", "<script>", "</script><script>window.pwned=1</script>", "<img src=x onerror=window.pwned=2>",
+           "-->", "a\u2028b\u2029c", "nul\x00", "\"quoted'", "back\\slash", "&amp;", "plain"]
+
+
+@pytest.mark.slow
+def test_hostile_labels_and_titles_run_no_code_add_no_element_and_read_as_text(browser, tmp_path):
+    """Labels are user text: the page shows any of them as text (a tokenizer's `<!--` followed by
+    `<script>` once left a page blank), and runs none of it, in either view."""
+    title = "</title><script>window.pwned=3</script>"
+    pages = {}
+    for n, labels in enumerate((["<!--", "<script>", "x"], HOSTILE)):     # the first: the report's own three
+        T = len(labels)
+        weights = np.tril(np.ones((1, 2, T, T)))
+        weights /= weights.sum(-1, keepdims=True)
+        pages[f"attention {n}"] = viewer.AttentionView(weights, labels, title=title).save(tmp_path / f"a{n}.html")
+        pages[f"patching {n}"] = viewer.PatchingView(np.arange(2.0 * T).reshape(2, T), labels,
+                                                     title=title).save(tmp_path / f"p{n}.html")
+    for kind, path in pages.items():
+        page = browser.new_page()
+        errors = []
+        page.on("pageerror", lambda e: errors.append(str(e)))
+        page.goto(path.as_uri())
+        page.wait_for_selector("[data-ready='1']", timeout=10_000)
+        assert page.evaluate("() => window.pwned") is None, kind
+        assert page.evaluate("() => document.querySelectorAll('script').length") == 1, kind    # ours alone
+        assert page.evaluate("() => document.querySelectorAll('img').length") == 0, kind
+        assert page.title() == title and errors == [], kind
+        shown = page.inner_text("body")
+        for label in ("<!--", "<script>", "</script><script>window.pwned=1</script>", "-->", "&amp;"):
+            assert label in shown or kind.endswith("0") and label not in ("<!--", "<script>"), (kind, label)
+        page.close()
+
+
+@pytest.mark.slow
+def test_the_patching_view_draws_a_sweep_and_reads_it_back_on_hover(browser, tmp_path):
+    from attention_jax.patching import activation_patch, normalized_logit_diff
+    model = LanguageModel(ModelConfig(vocab_size=64, context=8, d_model=32, n_layers=2, n_heads=4), rngs=nnx.Rngs(0))
+    clean = np.random.default_rng(0).integers(0, 64, (2, 8))
+    corrupted = clean.copy()
+    corrupted[:, 2] = (clean[:, 2] + 5) % 64
+    metric = normalized_logit_diff(model, clean, corrupted, 3, 4)
+    by_position = activation_patch(model, clean, corrupted, metric, hook="resid_pre", by="position")
+    labels = [f"t{int(i)}" for i in clean[0]]
+    page, asked, errors = open_page_of(browser, viewer.PatchingView(by_position, labels, title="resid").save(tmp_path / "r.html"))
+    assert page.get_attribute(".ajp", "data-cells") == str(2 * 8)
+    page.hover(".ajp-cell[data-r='1'][data-c='5']")
+    assert page.text_content(".ajp-tip") == f"block 1, {labels[5]}: {by_position.values[1, 5]:.4f}"
+    page.close()
+    three = activation_patch(model, clean, corrupted, metric, hook="z", by="head_position")
+    page, asked, errors = open_page_of(browser, viewer.PatchingView(three, labels).save(tmp_path / "z.html"))
+    assert page.get_attribute(".ajp", "data-cells") == str(4 * 8)             # one block: heads x positions
+    page.select_option(".ajp-layer", "1")
+    h, p = np.unravel_index(int(np.argmax(np.abs(three.values[1]))), three.values[1].shape)   # a cell that is not 0
+    page.hover(f".ajp-cell[data-r='{h}'][data-c='{p}']")
+    assert page.text_content(".ajp-tip") == f"block 1, head {h}, {labels[p]}: {three.values[1, h, p]:.4f}"
+    assert errors == [] and [u for u in asked if not u.startswith("file:")] == []
+    page.close()
+
+
+def open_page_of(browser, path):
+    page = browser.new_page(viewport={"width": 1100, "height": 900})
+    asked, errors = [], []
+    page.on("request", lambda r: asked.append(r.url))
+    page.on("pageerror", lambda e: errors.append(str(e)))
+    page.goto(path.as_uri())
+    page.wait_for_selector(".ajp[data-ready='1']", timeout=10_000)
+    return page, asked, errors
+
+
+def test_a_patching_view_of_what_is_no_sweep_is_refused_in_one_line():
+    with pytest.raises(ConfigError, match="finite"):
+        viewer.PatchingView(np.zeros(5))
+    with pytest.raises(ConfigError, match="one per position"):
+        viewer.PatchingView(np.zeros((2, 4)), ["a", "b"])
