@@ -222,3 +222,40 @@ probe = gpt2.EXPERIMENT(preset="paper" if EXPECTED != "cpu" else "smoke", out="r
 display(probe)                                               # noqa: F821
 display(probe.figures["probes.png"])                         # noqa: F821
 assert all(c["passed"] for c in probe.claims)                # no weight on the future; the lens ends at the logits
+
+# %% [markdown]
+# ## 7. Past the chapter: induction heads, found causally
+#
+# A two-layer attention-only model learns to copy a repeated segment: a layer-2 *induction head*
+# attends from each token of the second copy to the token after its earlier occurrence, reading
+# keys a layer-1 *previous-token head* wrote. `python -m experiments.induction` trains one and
+# two layers and watches the head form (on a CPU this runs its smoke preset: the plumbing).
+# Then, on the trained model: which activations carry the copy (activation patching, one
+# compiled sweep), each head's share of the logit (direct logit attribution), and how much the
+# heads of layer 2 read layer 1 (K-composition against random matrices).
+
+# %%
+from attention_jax import circuits  # noqa: E402
+from attention_jax.data.repeats import repeated_segments  # noqa: E402
+from attention_jax.patching import activation_patch, logit_diff  # noqa: E402
+from experiments import induction  # noqa: E402
+
+heads = induction.EXPERIMENT(preset="paper" if EXPECTED != "cpu" else "smoke", out="results", no_progress=True)
+display(heads)                                               # noqa: F821
+display(heads.figures["induction.png"])                      # noqa: F821
+two = next(r for r in heads.rows if r["name"] == "two_layers")
+model = rows.load_model(two, heads.folder)
+b = repeated_segments(1, 0, batch=1, length=model.config.context, vocab=model.config.vocab_size, shortest=12, longest=32)
+f, s = int(b["first"][0]), int(b["span"][0])
+at = f + 2 * s - 2                                           # the second copy's last but one token
+clean = b["x"][:, : at + 1]
+corrupted = clean.copy()
+corrupted[:, f + 1] = (clean[:, f + 1] + 1) % model.config.vocab_size    # the first copy's token to be copied
+answer, wrong = int(clean[0, at - s + 1]), int(corrupted[0, f + 1])
+metric = lambda logits: logit_diff(logits, answer, wrong)
+sweep = activation_patch(model, clean, corrupted, metric, hook="z", by="head")   # [layer, head]
+print("activation patching of each head's output:\n", sweep.values.round(3))
+display(viewer.PatchingView(sweep, title="each head's output patched"))          # noqa: F821
+print("K-composition, layer 1 -> layer 2:\n", circuits.composition_scores(model, "K")[0, :, 1].round(3),
+      "\nrandom baseline (mean, std):", circuits.composition_baseline(model.config.d_model, model.config.d_head_used))
+assert sweep.values.shape == (2, model.config.n_heads)
