@@ -29,6 +29,7 @@ from flax import nnx
 
 from attention_jax.errors import ConfigError
 from attention_jax.inspect import patched, run_with_cache
+from attention_jax.layers import check_ids
 
 # hook kind -> (its name in block i, the axes of its value after the batch's)
 HOOKS = {**{k: (f"blocks.{{i}}.{k}", ("position", "d_model"))
@@ -58,8 +59,14 @@ class Sweep:
 
 def logit_diff(logits, answer, wrong, *, position: int = -1) -> jax.Array:
     """Mean over the batch of logit[answer] - logit[wrong] at `position` ([B] ids, or one id for all)."""
+    B, T, V = logits.shape
+    if not -T <= position < T:
+        raise ConfigError(f"position={position} is outside the text's {T} positions (from {-T} to {T - 1})")
+    for ids in (answer, wrong):
+        if not isinstance(ids, jax.core.Tracer):        # JAX would clamp an id past the vocabulary, silently
+            check_ids(ids, V)
     at = logits[:, position]                                            # [B, V]
-    rows = jnp.arange(at.shape[0])
+    rows = jnp.arange(B)
     pick = lambda ids: at[rows, jnp.broadcast_to(jnp.asarray(ids), rows.shape)]
     return jnp.mean(pick(answer) - pick(wrong))
 
@@ -111,12 +118,27 @@ def _plan(model, clean, corrupted, hook: str, by: str, into: str):
         raise ConfigError(f"clean and corrupted tokens must be [B, T] of one shape, got {clean.shape} and "
                           f"{corrupted.shape}")
     cfg = model.config
-    if hook not in HOOKS or (axes[0] == "head" and cfg.heads_used == 0):
+    for tokens in (clean, corrupted):       # inside the compiled sweep an id past the vocabulary would be clamped
+        check_ids(tokens, cfg.vocab_size)
+    if axes[0] == "head" and cfg.heads_used == 0:
         raise ConfigError(f"hook={hook!r} is a head's, and this model's mixer ({cfg.mixer!r}) has no heads")
     names = [HOOKS[hook][0].format(i=i) for i in range(cfg.n_layers)]
     sizes = {"layer": cfg.n_layers, "head": cfg.heads_used, "position": clean.shape[1]}
     target, source = (corrupted, clean) if into == "corrupted" else (clean, corrupted)
     return jnp.asarray(target), jnp.asarray(source), names, (cfg.n_layers, *[sizes[a] for a in BY[by]])
+
+
+def _check_metric(metric, shape, vocab: int) -> None:
+    """A metric the sweep can compile: hashable (it keys the program), logits [B, T, V] -> one number."""
+    try:
+        hash(metric)
+    except TypeError:
+        raise ConfigError(f"metric {type(metric).__name__} is not hashable, and it keys the compiled sweep; pass a "
+                          "function (a def or lambda) or a frozen dataclass") from None
+    out = jax.eval_shape(metric, jax.ShapeDtypeStruct((*shape, vocab), jnp.float32))
+    if getattr(out, "shape", None) != ():
+        raise ConfigError(f"metric returns {getattr(out, 'shape', type(out).__name__)}, not one number: reduce it "
+                          "over the batch (e.g. a mean) so each patch gets a value")
 
 
 def _mask(shape, axes, by, index, layer):
@@ -157,6 +179,10 @@ def activation_patch(model, clean, corrupted, metric: Callable, *, hook: str = "
     `metric(logits [B, T, V]) -> scalar`, e.g. `normalized_logit_diff(...)`. `batch_size`: patched
     forwards computed side by side (default all of them; fewer to bound memory)."""
     target, source, names, grid = _plan(model, clean, corrupted, hook, by, into)
+    _check_metric(metric, target.shape, model.config.vocab_size)
+    if batch_size is not None and (isinstance(batch_size, bool) or not isinstance(batch_size, (int, np.integer))
+                                   or batch_size < 1):
+        raise ConfigError(f"batch_size={batch_size!r} must be a whole number >= 1 (None: every patch at once)")
     graphdef, state = nnx.split(model)
     indices = np.stack(np.unravel_index(np.arange(int(np.prod(grid))), grid), axis=-1).astype(np.int32)
     size = min(batch_size or len(indices), len(indices))
@@ -172,6 +198,7 @@ def attribution_patch(model, clean, corrupted, metric: Callable, *, hook: str = 
     the axes the patch covers. One forward and one backward pass. Exact where the metric is linear
     in the patched activation over the change; see docs/library.md for where it is not."""
     target, source, names, grid = _plan(model, clean, corrupted, hook, by, into)
+    _check_metric(metric, target.shape, model.config.vocab_size)
     graphdef, state = nnx.split(model)
     came, was = (_recorded(graphdef, state, tokens, names=tuple(names)) for tokens in (source, target))
     grads = _gradients(graphdef, state, target, {n: jnp.zeros_like(was[n]) for n in names}, names=tuple(names),

@@ -38,14 +38,29 @@ TOP = {"wte.weight": "token_embed.embedding", "wpe.weight": "position_embed.embe
        "ln_f.bias": "ln_f.bias"}
 
 
+def _setting(hf: dict, name: str, default, kind=int):
+    """config.json's `name`, which must be a whole number (or, for `float`, any number)."""
+    value = hf.get(name, default)
+    if isinstance(value, bool) or not isinstance(value, (int, float) if kind is float else int):
+        raise ConfigError(f"config.json sets {name}={value!r}, which is not {'a number' if kind is float else 'a whole number'};"
+                          " the checkpoint's config is damaged: download it again")
+    return kind(value)
+
+
 def config_from_hf(hf: dict) -> ModelConfig:
     """A Hugging Face GPT-2 `config.json` as our ModelConfig; what our modules cannot be is refused."""
+    if not isinstance(hf, dict):
+        raise ConfigError(f"config.json holds a JSON {type(hf).__name__}, not GPT-2's settings (an object); "
+                          "download it again")
     if hf.get("model_type") != "gpt2":
         raise ConfigError(f"config.json describes a {hf.get('model_type')!r} model; this loader reads GPT-2 "
                           "(model_type 'gpt2') checkpoints")
-    d, act = hf.get("n_embd", 768), hf.get("activation_function", "gelu_new")
-    inner = hf.get("n_inner") or 4 * d
-    unsupported = [k for k, bad in (("activation_function", act not in GELU), ("n_inner", inner % d),
+    d, heads, act = _setting(hf, "n_embd", 768), _setting(hf, "n_head", 12), hf.get("activation_function", "gelu_new")
+    if d > 0 and heads > 0 and d % heads:
+        raise ConfigError(f"config.json sets n_embd={d}, which n_head={heads} does not divide: GPT-2 splits n_embd "
+                          "evenly among its heads, so this config describes no GPT-2; download it again")
+    inner = 4 * d if hf.get("n_inner") is None else _setting(hf, "n_inner", None)
+    unsupported = [k for k, bad in (("activation_function", act not in GELU), ("n_inner", d and inner % d),
                                     ("scale_attn_weights", not hf.get("scale_attn_weights", True)),
                                     ("scale_attn_by_inverse_layer_idx", hf.get("scale_attn_by_inverse_layer_idx")),
                                     ("add_cross_attention", hf.get("add_cross_attention"))) if bad]
@@ -53,10 +68,10 @@ def config_from_hf(hf: dict) -> ModelConfig:
         raise ConfigError(f"this GPT-2 config sets {', '.join(f'{k}={hf.get(k)!r}' for k in unsupported)}, which our "
                           "modules do not compute; supported: GELU (exact or tanh), n_inner a multiple of n_embd, "
                           "scaled attention")
-    positions = hf.get("n_positions", 1024)
-    return ModelConfig(vocab_size=hf.get("vocab_size", 50257), context=positions, d_model=d,
-                       n_layers=hf.get("n_layer", 12), n_heads=hf.get("n_head", 12), mixer="heads",
-                       positions="learned", ff_mult=inner // d, ln_eps=float(hf.get("layer_norm_epsilon", 1e-5)),
+    return ModelConfig(vocab_size=_setting(hf, "vocab_size", 50257), context=_setting(hf, "n_positions", 1024),
+                       d_model=d, n_layers=_setting(hf, "n_layer", 12), n_heads=heads, mixer="heads",
+                       positions="learned", ff_mult=inner // d if d > 0 else 4,
+                       ln_eps=_setting(hf, "layer_norm_epsilon", 1e-5, float),
                        tie_embeddings=bool(hf.get("tie_word_embeddings", True)), qkv_bias=True, bias=True,
                        output_bias=False, gelu=GELU[act], init="gpt2")
 
@@ -76,58 +91,108 @@ def config_to_hf(config: ModelConfig) -> dict:
             "tie_word_embeddings": config.tie_embeddings, "resid_pdrop": 0.0, "embd_pdrop": 0.0, "attn_pdrop": 0.0}
 
 
+BUFFERS = ("attn.bias", "attn.masked_bias")      # the causal mask older transformers saved as tensors
+EXACT = ("float32", "float16", "bfloat16")       # each value has a float32 twin: read exactly
+
+
 def _ours(name: str, tied: bool) -> str | None:
-    """Our parameter path for a HF tensor name (None: a buffer such as attn.bias, not a weight)."""
+    """Our parameter path for a HF tensor name; "" for one that holds no weight of ours (a saved causal
+    mask, the tied output's copy of the token table); None for a name GPT-2 has no place for."""
     name = name.removeprefix("transformer.")
     if name in TOP:
         return TOP[name]
     if name == "lm_head.weight":
-        return None if tied else "lm_head.kernel"
+        return "" if tied else "lm_head.kernel"
     parts = name.split(".", 2)
-    if parts[0] == "h" and len(parts) == 3 and parts[2] in BLOCK:
-        return f"blocks.{parts[1]}.{BLOCK[parts[2]]}"
+    if parts[0] == "h" and len(parts) == 3 and parts[1].isdigit():
+        return f"blocks.{int(parts[1])}.{BLOCK[parts[2]]}" if parts[2] in BLOCK else \
+            ("" if parts[2] in BUFFERS else None)
     return None
 
 
-def load(folder) -> LanguageModel:
-    """Our LanguageModel holding the GPT-2 checkpoint in `folder` (config.json, model.safetensors)."""
+def _float32(name: str, array: np.ndarray) -> np.ndarray:
+    """A checkpoint's tensor in float32, the dtype our modules compute in, when that changes no value:
+    float16 and bfloat16 widen exactly; float64 only if every value is a float32 one; the rest, refused."""
+    kind = array.dtype.name
+    wide = array.astype(np.float32) if kind in EXACT or kind == "float64" else None
+    if wide is None:
+        raise CheckpointError(f"tensor {name} is {kind}; GPT-2's weights are floating point (float32, float16, "
+                              "bfloat16): this is no GPT-2 checkpoint")
+    if kind == "float64" and not np.array_equal(wide.astype(np.float64), array, equal_nan=True):
+        raise CheckpointError(f"tensor {name} is float64 with values float32 cannot hold exactly, and our modules "
+                              "compute in float32; save the checkpoint in float32 to load it rounded")
+    if not np.isfinite(wide).all():
+        raise CheckpointError(f"tensor {name} holds NaN or infinite values: the checkpoint is damaged; download "
+                              "it again")
+    return wide
+
+
+def _read(folder: pathlib.Path):
+    """config.json as our ModelConfig, and model.safetensors' tensors by name."""
     from safetensors import SafetensorError
     from safetensors.numpy import load_file
-    folder = pathlib.Path(folder).expanduser()
     missing = [f for f in FILES if not (folder / f).is_file()]
     if missing:
         raise DataError(f"{folder} holds no {' or '.join(missing)}: a GPT-2 checkpoint is a folder with config.json "
                         "and model.safetensors, as Hugging Face's save_pretrained writes it")
     try:
         config = config_from_hf(json.loads((folder / "config.json").read_text(encoding="utf-8")))
-        tensors = load_file(str(folder / "model.safetensors"))
+        if not (folder / "model.safetensors").stat().st_size:
+            raise CheckpointError(f"{folder / 'model.safetensors'} is empty (0 bytes): the download stopped "
+                                  "before it began; download it again")
+        return config, load_file(str(folder / "model.safetensors"))
     except (ValueError, OSError, SafetensorError) as e:
         if isinstance(e, ConfigError):
             raise
         raise CheckpointError(f"cannot read the checkpoint in {folder} ({type(e).__name__}: "
                               f"{' '.join(str(e).split())[:200]}); download it again") from None
+
+
+def _placed(tensors: dict, config: ModelConfig, wanted: dict) -> dict:
+    """Our path -> float32 array for every tensor of the checkpoint; what has no place, or no tensor, refused."""
+    found, strays = {}, sorted(n for n in tensors if _ours(n, config.tie_embeddings) is None)
+    if strays:
+        raise CheckpointError(f"model.safetensors holds tensors GPT-2 has no place for ({', '.join(strays[:3])}"
+                              f"{' ...' if len(strays) > 3 else ''}): it is no GPT2LMHeadModel checkpoint")
+    for name, array in tensors.items():
+        ours = _ours(name, config.tie_embeddings)
+        if ours == "lm_head.kernel":
+            array = array.T                                                # nn.Linear's [out, in]
+        want = wanted.get(ours)
+        if ours and (want is None or tuple(want.get_value().shape) != array.shape):
+            raise CheckpointError(f"tensor {name} {array.shape} does not fit this config's {ours} "
+                                  f"{None if want is None else tuple(want.get_value().shape)}: config.json and "
+                                  "model.safetensors disagree")
+        if ours:
+            found[ours] = _float32(name, array)
+    head = tensors.get("lm_head.weight", tensors.get("transformer.lm_head.weight"))
+    if config.tie_embeddings and head is not None and not np.array_equal(head, found.get(TOP["wte.weight"])):
+        raise CheckpointError("config.json ties the output layer to the token table (tie_word_embeddings), but "
+                              "model.safetensors' lm_head.weight differs from it; set tie_word_embeddings to false "
+                              "in config.json to load the output layer as saved")
+    if not config.tie_embeddings and "lm_head.kernel" not in found:
+        raise CheckpointError("config.json sets tie_word_embeddings=false, but model.safetensors holds no "
+                              "lm_head.weight; set it to true if the output layer is the token table")
+    absent = sorted(set(wanted) - set(found))
+    if absent:
+        raise CheckpointError(f"model.safetensors lacks {', '.join(absent[:4])}{' ...' if len(absent) > 4 else ''} "
+                              "(our names); download it again")
+    return found
+
+
+def load(folder) -> LanguageModel:
+    """Our LanguageModel holding the GPT-2 checkpoint in `folder` (config.json, model.safetensors).
+
+    The model computes in float32: float16 and bfloat16 tensors are widened, which is exact; a
+    float64 tensor only loads if float32 holds its every value. What else cannot load is one line."""
+    folder = pathlib.Path(folder).expanduser()
+    config, tensors = _read(folder)
     model = nnx.eval_shape(lambda: LanguageModel(config, rngs=nnx.Rngs(0)))
     state = nnx.state(model, nnx.Param)
     wanted = {".".join(map(str, path)): var for path, var in nnx.to_flat_state(state)}
-    found = {}
-    for name, array in tensors.items():
-        ours = _ours(name, config.tie_embeddings)
-        if ours is None:
-            continue
-        array = array.T if ours == "lm_head.kernel" else array            # nn.Linear's [out, in]
-        want = wanted.get(ours)
-        if want is None or tuple(want.get_value().shape) != array.shape:
-            raise CheckpointError(f"tensor {name} {array.shape} does not fit this config's {ours} "
-                                  f"{None if want is None else tuple(want.get_value().shape)}: config.json and "
-                              "model.safetensors "
-                                  "disagree")
-        found[ours] = jnp.asarray(array, jnp.float32)
-    absent = sorted(set(wanted) - set(found))
-    if absent:
-        raise CheckpointError(f"model.safetensors in {folder} lacks {', '.join(absent[:4])}"
-                              f"{' ...' if len(absent) > 4 else ''}; download it again")
+    found = _placed(tensors, config, wanted)
     for name, var in wanted.items():
-        var.set_value(found[name])
+        var.set_value(jnp.asarray(found[name]))
     nnx.update(model, state)            # restored into the abstract model, as a checkpoint is
     return model
 
@@ -190,9 +255,13 @@ def tokenizer(folder):
     """GPT-2's byte-level BPE from a checkpoint folder: tokenizer.json, or vocab.json and merges.txt."""
     import tokenizers
     folder = pathlib.Path(folder).expanduser()
-    if (folder / "tokenizer.json").is_file():
-        return tokenizers.Tokenizer.from_file(str(folder / "tokenizer.json"))
-    if (folder / "vocab.json").is_file() and (folder / "merges.txt").is_file():
-        bpe = tokenizers.ByteLevelBPETokenizer(str(folder / "vocab.json"), str(folder / "merges.txt"))
-        return bpe._tokenizer
+    try:
+        if (folder / "tokenizer.json").is_file():
+            return tokenizers.Tokenizer.from_file(str(folder / "tokenizer.json"))
+        if (folder / "vocab.json").is_file() and (folder / "merges.txt").is_file():
+            bpe = tokenizers.ByteLevelBPETokenizer(str(folder / "vocab.json"), str(folder / "merges.txt"))
+            return bpe._tokenizer
+    except Exception as e:         # tokenizers raises a bare Exception for a damaged file
+        raise DataError(f"cannot read the tokenizer in {folder} ({' '.join(str(e).split())[:160]}); download it "
+                        "again") from None
     raise DataError(f"{folder} holds no tokenizer.json (nor vocab.json and merges.txt); download the tokenizer too")

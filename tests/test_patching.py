@@ -124,6 +124,30 @@ def test_a_sweep_that_cannot_be_is_refused_in_one_line(case, bad, match):
         activation_patch(average, clean, corrupted, metric, hook="z", by="head")
 
 
+def test_what_a_compiled_sweep_would_clamp_or_fail_on_is_refused_first(case):
+    """Inside the compiled sweep JAX clamps an id past the vocabulary or a position past the text, and
+    silently reads another row; these are refused before anything is compiled, one line each."""
+    from attention_jax.errors import DataError
+    model, clean, corrupted, metric = case
+    past = corrupted.copy()
+    past[0, 0] = TINY.vocab_size
+    with pytest.raises(DataError, match="token id 50 is outside the vocabulary"):
+        activation_patch(model, clean, past, metric)
+    with pytest.raises(DataError, match="token id -1 is outside"):
+        attribution_patch(model, clean - clean.min() - 1, corrupted, metric)
+    with pytest.raises(DataError, match="token id 50 is outside"):
+        normalized_logit_diff(model, clean, corrupted, TINY.vocab_size, 4)
+    with pytest.raises(ConfigError, match="position=8 is outside the text's 8 positions"):
+        normalized_logit_diff(model, clean, corrupted, 3, 4, position=8)
+    for bad, words in ((lambda logits: logits[:, -1, 3], r"returns \(3,\), not one number"),
+                       ({"not": "hashable"}, "is not hashable")):
+        with pytest.raises(ConfigError, match=words):
+            activation_patch(model, clean, corrupted, bad)
+    for size in (0, -2, 1.5):
+        with pytest.raises(ConfigError, match=f"batch_size={size!r} must be a whole number >= 1"):
+            activation_patch(model, clean, corrupted, metric, batch_size=size)
+
+
 # --- TransformerLens on the same weights --------------------------------------------------------
 
 # ours (hook, by) -> TransformerLens' function, and how its axes map onto ours

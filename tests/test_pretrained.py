@@ -112,3 +112,81 @@ def test_a_checkpoint_that_cannot_load_is_one_line(tmp_path):
         pretrained.load(good)
     with pytest.raises(DataError, match="cannot fetch .no-such/model.* a folder and pass that folder.s path"):
         pretrained.from_pretrained("no-such/model")
+
+
+@pytest.fixture(scope="module")
+def saved(tmp_path_factory):
+    """one_layer saved by transformers, its config and tensors as NumPy (to damage one at a time)."""
+    from safetensors.numpy import load_file
+    folder = tmp_path_factory.mktemp("saved")
+    model = hf_model("one_layer")
+    model.save_pretrained(folder, safe_serialization=True)
+    return model, json.loads((folder / "config.json").read_text()), load_file(str(folder / "model.safetensors"))
+
+
+def written(folder, config: dict, tensors: dict):
+    from safetensors.numpy import save_file
+    folder.mkdir()
+    (folder / "config.json").write_text(json.dumps(config))
+    save_file(tensors, str(folder / "model.safetensors"), metadata={"format": "pt"})
+    return folder
+
+
+@pytest.mark.parametrize("dtype", ["float16", "bfloat16"])
+def test_a_half_precision_checkpoint_loads_exactly_and_computes_in_float32(saved, dtype, tmp_path):
+    import ml_dtypes
+    model, config, tensors = saved
+    half = {k: v.astype(getattr(ml_dtypes, dtype) if dtype == "bfloat16" else np.float16) for k, v in tensors.items()}
+    ours = pretrained.load(written(tmp_path / dtype, config, half))
+    wte = np.asarray(ours.token_embed.embedding[...])
+    assert wte.dtype == np.float32
+    np.testing.assert_array_equal(wte, half["transformer.wte.weight"].astype(np.float32))   # widened, exactly
+    widened = hf_model("one_layer")
+    with torch.no_grad():       # Hugging Face's float32 model holding the very same (half-precision) values
+        for name, p in widened.named_parameters():
+            p.copy_(torch.as_tensor(half.get(name, half.get("transformer.wte.weight")).astype(np.float32)))
+    ids = np.random.default_rng(1).integers(0, SHAPES["one_layer"]["vocab_size"], (2, 7))
+    np.testing.assert_allclose(np.asarray(ours(jnp.asarray(ids))), hf_logits(widened, ids), atol=1e-5, rtol=0)
+
+
+def test_a_float64_checkpoint_loads_only_where_float32_holds_it(saved, tmp_path):
+    _, config, tensors = saved
+    exact = {k: v.astype(np.float64) for k, v in tensors.items()}
+    ours = pretrained.load(written(tmp_path / "exact", config, exact))
+    np.testing.assert_array_equal(np.asarray(ours.token_embed.embedding[...]), tensors["transformer.wte.weight"])
+    exact["transformer.ln_f.bias"] = exact["transformer.ln_f.bias"] + 1e-12
+    with pytest.raises(CheckpointError, match="transformer.ln_f.bias is float64 with values float32 cannot hold"):
+        pretrained.load(written(tmp_path / "inexact", config, exact))
+
+
+def test_each_damaged_checkpoint_is_one_line(saved, tmp_path):
+    model, config, tensors = saved
+    cases = {   # what is damaged: (config, tensors, the error, its words)
+        "int_tensor": (config, {**tensors, "transformer.ln_f.bias": np.zeros(32, np.int32)}, CheckpointError,
+                       "ln_f.bias is int32; GPT-2's weights are floating point"),
+        "nan": (config, {**tensors, "transformer.h.0.mlp.c_fc.bias": np.full(128, np.nan, np.float32)},
+                CheckpointError, "c_fc.bias holds NaN or infinite values"),
+        "stray": (config, {**tensors, "transformer.h.0.attn.rotary.inv_freq": np.ones(4, np.float32)},
+                  CheckpointError, r"no place for \(transformer.h.0.attn.rotary.inv_freq\)"),
+        "untied_no_head": ({**config, "tie_word_embeddings": False}, tensors, CheckpointError,
+                           "tie_word_embeddings=false, but model.safetensors holds no lm_head.weight"),
+        "tied_head_differs": (config, {**tensors, "lm_head.weight": tensors["transformer.wte.weight"] + 1},
+                              CheckpointError, "lm_head.weight differs from it"),
+        "heads_do_not_divide": ({**config, "n_head": 5}, tensors, ConfigError,
+                                "n_embd=32, which n_head=5 does not divide"),
+        "string_setting": ({**config, "n_layer": "1"}, tensors, ConfigError, "n_layer='1', which is not a whole"),
+        "no_object": ([config], tensors, ConfigError, "holds a JSON list, not GPT-2's settings"),
+    }
+    for case, (cfg, ts, error, words) in cases.items():
+        with pytest.raises(error, match=words):
+            pretrained.load(written(tmp_path / case, cfg, ts))
+    mask = written(tmp_path / "old_buffers", config, {**tensors, "transformer.h.0.attn.bias": np.ones((1, 1, 32, 32),
+                                                                                                     np.float32)})
+    pretrained.load(mask)           # the causal mask older transformers saved: no weight, ignored
+    empty = written(tmp_path / "empty", config, tensors)
+    (empty / "model.safetensors").write_bytes(b"")
+    with pytest.raises(CheckpointError, match=r"is empty \(0 bytes\)"):
+        pretrained.load(empty)
+    (empty / "tokenizer.json").write_text('{"version": "1.0", "model": ')
+    with pytest.raises(DataError, match="cannot read the tokenizer"):
+        pretrained.tokenizer(empty)
