@@ -68,30 +68,33 @@ def _merged(graphdef, state, speed):
     return model
 
 
-@functools.partial(jax.jit, static_argnames=("graphdef", "prompt_len", "n", "greedy", "top_k", "speed"))
-def _windows(graphdef, state, buf, key, temperature, *, prompt_len: int, n: int, greedy: bool, top_k, speed):
-    """Uncached: every step runs the model on a whole window of `context` tokens."""
+@functools.partial(jax.jit, static_argnames=("graphdef", "n", "greedy", "top_k", "speed"))
+def _windows(graphdef, state, buf, lengths, key, temperature, *, n: int, greedy: bool, top_k, speed):
+    """Uncached: every step runs the model on a whole window of `context` tokens of each row's text
+    (`buf`, its prompt `lengths[b]` long, padded on the right, where the causal mask hides it)."""
     model = _merged(graphdef, state, speed)
     B, T = buf.shape[0], model.config.context
+    rows = jnp.arange(B)
 
     def step(carry, i):
         buf, key = carry
-        length = prompt_len + i            # tokens so far
+        length = lengths + i               # each row's tokens so far
         begin = jnp.maximum(length - T, 0)
-        window = jax.lax.dynamic_slice(buf, (0, begin), (B, T))
-        token, key = _draw(model(window)[:, length - 1 - begin], key, temperature, greedy, top_k)
-        return (buf.at[:, length].set(token), key), None
+        window = jax.vmap(lambda row, at: jax.lax.dynamic_slice(row, (at,), (T,)))(buf, begin)
+        token, key = _draw(model(window)[rows, length - 1 - begin], key, temperature, greedy, top_k)
+        return (buf.at[rows, length].set(token), key), None
 
     (buf, _), _ = jax.lax.scan(step, (buf, key), jnp.arange(n))
     return buf
 
 
 @functools.partial(jax.jit, static_argnames=("graphdef", "n", "greedy", "top_k", "speed"))
-def _cached(graphdef, state, prompt, key, temperature, *, n: int, greedy: bool, top_k, speed):
-    """Cached: the prompt in one call (prefill), then one position a step, its keys and values kept."""
+def _cached(graphdef, state, prompt, padding, key, temperature, *, n: int, greedy: bool, top_k, speed):
+    """Cached: the prompts (left-padded to one length, `padding[b]` slots in row b) in one call
+    (prefill), then one position a step, its keys and values kept."""
     model = _merged(graphdef, state, speed)
     B, P = prompt.shape
-    model.init_cache(B, P + n - 1)         # the prompt and every new token but the last are fed back
+    model.init_cache(B, P + n - 1, padding=padding)   # the prompt and every new token but the last are fed back
     logits = model(prompt)[:, -1]
     cached, state = nnx.split(model)
 
@@ -107,27 +110,33 @@ def _cached(graphdef, state, prompt, key, temperature, *, n: int, greedy: bool, 
     return jnp.concatenate([prompt, tokens.T, last[:, None]], axis=1)
 
 
-def generate(model, prompt, n: int, *, key=None, temperature: float = 1.0, top_k: int | None = None,
-             cache: bool = True, speed: Speed | None = Speed()) -> np.ndarray:
-    """The prompt's ids followed by `n` generated ones, as an int32 array.
+def _prompts(prompt, vocab: int) -> list[np.ndarray]:
+    """The prompt as a list of 1-D id arrays (one per row), or one line why it is none."""
+    try:
+        array = np.asarray(prompt)
+        rows = list(np.atleast_2d(array)) if array.ndim in (1, 2) and array.size else []
+    except ValueError:                              # rows of different lengths: NumPy makes no array of them
+        array = None
+        try:
+            rows = [np.asarray(p) for p in prompt]
+        except (ValueError, TypeError):
+            rows = []
+    if not rows or any(r.ndim != 1 or not len(r) or not np.issubdtype(r.dtype, np.integer) for r in rows):
+        got = f"shape {array.shape} of {array.dtype}" if array is not None else "rows of other shapes"
+        raise ConfigError(f"the prompt must be token ids, [P] or [B, P] with P >= 1, or a list of B prompts of "
+                          f"lengths >= 1, got {got}")
+    for r in rows:
+        check_ids(r, vocab)
+    return rows
 
-    `prompt`: ids [P], or [B, P] for B prompts of one length, answered together ([B, P + n]).
-    `temperature` 0 is greedy decoding (no key needed); otherwise `key` (a `jax.random.key`)
-    makes the draw, the same key the same text. `top_k`: draw among the k most likely ids only.
-    `cache`: keep each position's keys and values (O(T) work a token, within the context);
-    False runs a whole window a token, and slides it past the context. `speed`: the faster forms
-    to decode with (`attention_jax.speed`); None: the model as built.
-    """
-    prompt = np.asarray(prompt)
+
+def _check_options(model, n, key, temperature, top_k) -> bool:
+    """One line for what cannot be drawn; True where decoding is greedy."""
     vocab = model.config.vocab_size
-    if prompt.ndim not in (1, 2) or not prompt.shape[-1] or not len(prompt) \
-            or not np.issubdtype(prompt.dtype, np.integer):
-        raise ConfigError(f"the prompt must be token ids, [P] or [B, P] with P >= 1, got shape {prompt.shape} "
-                          f"of {prompt.dtype}")
-    check_ids(prompt, vocab)
     if isinstance(n, bool) or not isinstance(n, (int, np.integer)) or not 0 <= n <= MAX_NEW:
         raise ConfigError(f"n={n!r}: the number of tokens to generate must be a whole number from 0 to {MAX_NEW:,}")
-    if not (isinstance(temperature, (int, float, np.integer, np.floating)) and math.isfinite(temperature) and temperature >= 0):
+    if not (isinstance(temperature, (int, float, np.integer, np.floating)) and math.isfinite(temperature)
+            and temperature >= 0):
         raise ConfigError(f"temperature={temperature!r} must be a finite number >= 0 (0: greedy)")
     if top_k is not None and not (isinstance(top_k, (int, np.integer)) and 1 <= top_k <= vocab):
         raise ConfigError(f"top_k={top_k!r} must be a whole number from 1 to the vocabulary's {vocab}")
@@ -139,26 +148,54 @@ def generate(model, prompt, n: int, *, key=None, temperature: float = 1.0, top_k
     if any(isinstance(m, Bidirectional) for _, m in nnx.iter_modules(model)):
         raise ConfigError("the model sees the future (a bidirectional mask is swapped in): generating one token "
                           "at a time needs the causal mask; generate outside the ablation")
-    rows = np.atleast_2d(prompt)
-    P, T = rows.shape[1], model.config.context
+    if any(getattr(m, "cache", None) is not None for _, m in nnx.iter_modules(model)):
+        raise ConfigError("the model is decoding already (init_cache); call model.drop_cache() first")
+    return bool(greedy)
+
+
+def generate(model, prompt, n: int, *, key=None, temperature: float = 1.0, top_k: int | None = None,
+             cache: bool = True, speed: Speed | None = Speed()):
+    """The prompt's ids followed by `n` generated ones, as int32.
+
+    `prompt`: ids [P] (answer [P + n]), [B, P] for B prompts of one length ([B, P + n]), or a list of
+    B prompts of different lengths (a list of B arrays, each its prompt + n). Every row is decoded
+    as it would be alone: unequal rows are padded (on the left with the cache, on the right
+    without), and no position reads the padding. `temperature` 0 is greedy decoding (no key
+    needed); otherwise `key` (a `jax.random.key`) makes the draw, the same key the same text, and
+    each row draws with its own part of it. `top_k`: draw among the k most likely ids only.
+    `cache`: keep each position's keys and values (O(T) work a token, within the context);
+    False runs a whole window a token, and slides it past the context. `speed`: the faster forms
+    to decode with (`attention_jax.speed`); None: the model as built.
+    """
+    rows = _prompts(prompt, model.config.vocab_size)
+    greedy = _check_options(model, n, key, temperature, top_k)
+    lengths = np.array([len(r) for r in rows], np.int32)
+    P, T = int(lengths.max()), model.config.context
     if cache and P + n - 1 > T:
         raise ConfigError(f"a prompt of {P} ids and n={n} new ones put {P + n - 1} positions through the model, "
                           f"past its context of {T}: the cache holds the context at most; generate(..., "
                           "cache=False) slides a window of the context along the text")
-    if any(getattr(m, "cache", None) is not None for _, m in nnx.iter_modules(model)):
-        raise ConfigError("the model is decoding already (init_cache); call model.drop_cache() first")
     if speed is not None:
         speed.form_for(model.config)        # a form this model cannot take: one line, before compiling
     graphdef, state = nnx.split(model)
     options = dict(n=int(n), greedy=greedy, top_k=None if top_k is None else int(top_k), speed=speed)
     key, temperature = jax.random.key(0) if key is None else key, jnp.float32(1.0 if greedy else temperature)
-    if n == 0:
-        out = rows
-    elif cache:
-        out = _cached(graphdef, state, jnp.asarray(rows, jnp.int32), key, temperature, **options)
+    padding = P - lengths
+    if cache:
+        left = np.zeros((len(rows), P), np.int32)          # id 0 stands in the padding: no query reads it
+        for r, (row, pad) in enumerate(zip(rows, padding)):
+            left[r, pad:] = row
+        out = left if n == 0 else np.asarray(_cached(graphdef, state, jnp.asarray(left), jnp.asarray(padding), key,
+                                                     temperature, **options))
+        texts = [out[r, pad:] for r, pad in enumerate(padding)]
     else:
         buf = np.zeros((len(rows), max(T, P + n)), np.int32)
-        buf[:, :P] = rows
-        out = _windows(graphdef, state, jnp.asarray(buf), key, temperature, prompt_len=P, **options)
-    out = np.asarray(out[:, :P + n], np.int32)
-    return out[0] if prompt.ndim == 1 else out
+        for r, row in enumerate(rows):
+            buf[r, :len(row)] = row
+        out = buf if n == 0 else np.asarray(_windows(graphdef, state, jnp.asarray(buf), jnp.asarray(lengths), key,
+                                                     temperature, **options))
+        texts = [out[r, :length + n] for r, length in enumerate(lengths)]
+    texts = [np.asarray(t, np.int32) for t in texts]
+    if len(set(lengths.tolist())) > 1:
+        return texts
+    return texts[0] if np.ndim(prompt) == 1 else np.stack(texts)

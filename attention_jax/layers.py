@@ -108,20 +108,32 @@ class Bidirectional(CausalMask):
 
 class KVCache(nnx.Module):
     """What a mixer has seen so far, for decoding one position at a time: its values (and keys)
-    at every position up to `max_len`, preallocated so that shapes stay fixed under jit, and how
-    many are written. `shape`: [B, H, max_len, D] for attention, [B, max_len, D] for the average."""
+    at every slot up to `max_len`, preallocated so that shapes stay fixed under jit, and how
+    many slots are written. `shape`: [B, H, max_len, D] for attention, [B, max_len, D] for the
+    average. Rows of unequal length are left-padded: row b's text begins at slot `start[b]`, so
+    slot s holds its position s - start[b], and the slots before it are read by no query."""
 
-    def __init__(self, shape: tuple[int, ...], dtype, *, keys: bool = True):
+    def __init__(self, shape: tuple[int, ...], dtype, *, keys: bool = True, start=None):
         self.k = nnx.Cache(jnp.zeros(shape, dtype)) if keys else None
         self.v = nnx.Cache(jnp.zeros(shape, dtype))
         self.index = nnx.Cache(jnp.zeros((), jnp.int32))
+        self.start = nnx.Cache(jnp.zeros(shape[:1], jnp.int32) if start is None else jnp.asarray(start, jnp.int32))
 
-    def positions(self, t: int) -> jax.Array:
-        """Where the next t positions go."""
+    def slots(self, t: int) -> jax.Array:
+        """Where the next t positions go: [t], one slot for every row."""
         return self.index[...] + jnp.arange(t)
 
+    def positions(self, t: int) -> jax.Array:
+        """The next t positions of each row, [B, t]: their slots less the row's padding (< 0 in it)."""
+        return self.slots(t)[None, :] - self.start[...][:, None]
+
+    def visible(self, t: int) -> jax.Array:
+        """bool [B, t, max_len]: the next t queries see the slots at or before their own, from their row's start."""
+        at, slot = self.slots(t), jnp.arange(self.v.shape[-2])
+        return (slot[None, None, :] <= at[None, :, None]) & (slot[None, None, :] >= self.start[...][:, None, None])
+
     def append(self, v, k=None):
-        """Write t new positions; every value (and key) written so far, zeros past them: [..., max_len, D]."""
+        """Write t new slots; every value (and key) written so far, zeros past them: [..., max_len, D]."""
         start = self.index[...]
         self.v[...] = jax.lax.dynamic_update_slice_in_dim(self.v[...], v.astype(self.v.dtype), start, axis=-2)
         if k is not None:

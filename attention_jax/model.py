@@ -41,10 +41,10 @@ class UniformAverage(nnx.Module):
     def __call__(self, x):
         if self.cache is None:
             return jnp.einsum("TS,...SD->...TD", F.uniform_causal_weights(x.shape[-2]).astype(x.dtype), x)
-        pos = self.cache.positions(x.shape[-2])
-        seen, _ = self.cache.append(x)
-        w = F.causal_mask(x.shape[-2], seen.shape[-2], positions=pos) / (pos[:, None] + 1.0)
-        return jnp.einsum("TS,...SD->...TD", w.astype(x.dtype), seen)
+        pos, seen = self.cache.positions(x.shape[-2]), self.cache.visible(x.shape[-2])     # [B, T], [B, T, S]
+        values, _ = self.cache.append(x)
+        w = seen / jnp.maximum(pos[..., None] + 1.0, 1.0)      # a padding slot's query sees nothing: 0, not 0/0
+        return jnp.einsum("BTS,BSD->BTD", w.astype(x.dtype), values)
 
 
 class DotProductAttention(nnx.Module):
@@ -86,15 +86,18 @@ class _Attention(nnx.Module):
 
     def _attend(self, q, k, v):                              # q, k, v: [B, H, T, D]
         cfg, T = self.config, q.shape[-2]
-        pos = None if self.cache is None else self.cache.positions(T)   # None: 0 .. T-1
+        cache = self.cache
+        pos = None if cache is None else cache.positions(T)[:, None, :]   # [B, 1, T]; None: 0 .. T-1
         if cfg.positions == "rope":
             q, k = F.apply_rope(q, pos, base=cfg.rope_base), F.apply_rope(k, pos, base=cfg.rope_base)
         q, k, v = self.hook_q(q), self.hook_k(k), self.hook_v(v)
         mask = None
-        if self.cache is not None:
-            v, k = self.cache.append(v, k)
-            mask = F.causal_mask(T, k.shape[-2], positions=pos)           # [T, max_len]: what is written
-        bias = F.alibi_bias(q.shape[-3], k.shape[-2], pos) if cfg.positions == "alibi" else None
+        if cache is not None:
+            mask = cache.visible(T)[:, None]                                # [B, 1, T, max_len]: what is written
+            v, k = cache.append(v, k)
+        # ALiBi's bias is a distance, the same in slots as in positions.
+        slots = None if cache is None else cache.slots(T)
+        bias = F.alibi_bias(q.shape[-3], k.shape[-2], slots) if cfg.positions == "alibi" else None
         return self.hook_z(self.attention(q, k, v, bias=bias, mask=mask))
 
 
@@ -223,6 +226,7 @@ class LanguageModel(nnx.Module):
         self.hook_embed, self.hook_positions, self.hook_final = Hook(), Hook(), Hook()
         self.hook_ln_final, self.hook_logits = Hook(), Hook()
         self.cache_index, self.cache_len = nnx.data(None), 0     # while decoding: where the next position goes
+        self.cache_start = nnx.data(None)                        # and where each row's text begins
 
     def embed(self, tokens):
         """Token ids [B, T] -> the residual stream's start [B, T, D]: token vectors plus positions."""
@@ -242,10 +246,12 @@ class LanguageModel(nnx.Module):
         return x if self.drop is None else self.drop(x)
 
     def _at(self, table, T: int):
-        """The T rows of a position table where the text is: from 0, or from where decoding stands."""
+        """The T rows of a position table where the text is: from 0, or, while decoding, each row's next
+        positions ([B, T, D]; a left-padding slot reads row 0, and no query reads it)."""
         if self.cache_index is None:
             return table
-        return jax.lax.dynamic_slice_in_dim(table, self.cache_index[...], T)
+        at = self.cache_index[...] + jnp.arange(T)[None, :] - self.cache_start[...][:, None]
+        return table[jnp.maximum(at, 0)]
 
     def unembed(self, x):
         """The residual stream [B, T, D] -> logits [B, T, V]: final norm (pre-norm models), output layer."""
@@ -265,24 +271,31 @@ class LanguageModel(nnx.Module):
         return self.unembed(x)
 
     # --- decoding: positions seen once, kept in a cache ---------------------------------------
-    def init_cache(self, batch: int, max_len: int | None = None) -> None:
-        """Preallocate every mixer's cache for `batch` texts of up to `max_len` positions (default the
-        context): each call then reads the next positions, from where the last one stopped."""
+    def init_cache(self, batch: int, max_len: int | None = None, *, padding=None) -> None:
+        """Preallocate every mixer's cache for `batch` texts of up to `max_len` slots (default the
+        context): each call then reads the next slots, from where the last one stopped.
+
+        `padding` ([B] ints, default 0): texts of unequal length, left-padded to one; row b's first
+        `padding[b]` slots are read by no query, and its text takes positions 0, 1, ... after them."""
         cfg, max_len = self.config, max_len or self.config.context
         if cfg.positions == "learned" and max_len > cfg.max_positions_used:
             raise ConfigError(f"a cache of {max_len} positions passes the learned position table "
                               f"({cfg.max_positions_used} rows); decode at most {cfg.max_positions_used}")
+        start = jnp.zeros((batch,), jnp.int32) if padding is None else jnp.asarray(padding, jnp.int32)
+        if start.shape != (batch,):
+            raise ConfigError(f"padding has shape {start.shape}; give one count per row, [{batch}]")
         dtype = compute_dtype(cfg) or jnp.float32
         for block in self.blocks:
             if isinstance(block.mixer, _Attention):
-                block.mixer.cache = KVCache((batch, cfg.heads_used, max_len, cfg.d_head_used), dtype)
+                block.mixer.cache = KVCache((batch, cfg.heads_used, max_len, cfg.d_head_used), dtype, start=start)
             elif isinstance(block.mixer, UniformAverage):
-                block.mixer.cache = KVCache((batch, max_len, cfg.d_model), dtype, keys=False)
+                block.mixer.cache = KVCache((batch, max_len, cfg.d_model), dtype, keys=False, start=start)
         self.cache_index, self.cache_len = nnx.Cache(jnp.zeros((), jnp.int32)), max_len
+        self.cache_start = nnx.Cache(start)
 
     def drop_cache(self) -> None:
         """Back to whole windows: every position from 0 again."""
         for block in self.blocks:
             if block.mixer is not None:
                 block.mixer.cache = None
-        self.cache_index, self.cache_len = None, 0
+        self.cache_index, self.cache_len, self.cache_start = None, 0, None

@@ -105,3 +105,58 @@ def test_decoding_leaves_the_callers_model_as_it_was():
     generate(m, prompts(2), 10, temperature=0)
     assert m.cache_index is None and all(b.mixer.cache is None for b in m.blocks)
     np.testing.assert_array_equal(forward(m, jnp.asarray(prompts(2, length=24))), before)
+
+
+UNEQUAL = [[3, 1, 4, 1, 5, 9, 2], [6, 5], [3, 5, 8, 9, 7]]
+MIXERS = [dict(positions=k) for k in KINDS] + [dict(mixer="average", positions="learned"), dict(mixer="head")]
+
+
+@pytest.mark.parametrize("change", [c if c == dict(positions="rope") else pytest.param(c, marks=pytest.mark.slow)
+                                    for c in MIXERS], ids=lambda c: ",".join(f"{k}={v}" for k, v in c.items()))
+def test_a_left_padded_row_gets_the_logits_it_gets_alone(change):
+    """Rows of 9, 4 and 6 tokens left-padded to 9 in one cache, then 5 tokens a row one at a time:
+    each row's logits at its own positions are its full forward alone, the padding read by no query."""
+    m = model(**change)
+    rng = np.random.default_rng(3)
+    texts = [rng.integers(0, BASE.vocab_size, length + 5) for length in (9, 4, 6)]
+    lengths = np.array([9, 4, 6])
+    left = np.zeros((3, 9), np.int32)
+    for r, (t, length) in enumerate(zip(texts, lengths)):
+        left[r, 9 - length:] = t[:length]
+    m.init_cache(3, 14, padding=9 - lengths)
+    got = [forward(m, jnp.asarray(left))]
+    for i in range(5):
+        got.append(forward(m, jnp.asarray([[t[length + i]] for t, length in zip(texts, lengths)])))
+    m.drop_cache()
+    got = np.concatenate(got, axis=1)
+    for r, (t, length) in enumerate(zip(texts, lengths)):
+        np.testing.assert_allclose(got[r, 9 - length:], forward(m, jnp.asarray(t[None]))[0], atol=1e-5, rtol=0)
+
+
+@pytest.mark.parametrize("positions", [pytest.param(k, marks=pytest.mark.slow) if k != "alibi" else k for k in KINDS])
+def test_prompts_of_unequal_length_are_each_decoded_as_alone(positions):
+    m = model(positions=positions)
+    n = 12
+    for cache in (True, False):
+        together = generate(m, UNEQUAL, n, temperature=0, cache=cache)
+        assert [len(t) for t in together] == [len(p) + n for p in UNEQUAL]
+        for text, prompt in zip(together, UNEQUAL):
+            np.testing.assert_array_equal(text, generate(m, prompt, n, temperature=0, cache=cache))
+    key = jax.random.key(3)             # drawn: each row its own draws, the same cached or not
+    drawn = generate(m, UNEQUAL, n, key=key, temperature=1.0)
+    for a, b in zip(drawn, generate(m, UNEQUAL, n, key=key, temperature=1.0, cache=False)):
+        np.testing.assert_array_equal(a, b)
+    assert generate(m, UNEQUAL, 0, temperature=0)[1].tolist() == UNEQUAL[1]
+
+
+def test_rows_that_are_no_prompts_are_refused_in_one_line():
+    m = model()
+    for bad in ([[1, 2], []], [[1, 2], [[3]]], [[1, 2], [0.5, 1.0]]):
+        with pytest.raises(ConfigError, match="a list of B prompts of lengths >= 1") as err:
+            generate(m, bad, 3, temperature=0)
+        assert "\n" not in str(err.value)
+    from attention_jax.errors import DataError
+    with pytest.raises(DataError, match="token id 50 is outside the vocabulary"):
+        generate(m, [[1, 2], [50]], 3, temperature=0)
+    with pytest.raises(ConfigError, match="padding has shape"):
+        m.init_cache(2, padding=[1, 2, 3])

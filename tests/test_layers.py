@@ -141,12 +141,22 @@ def test_check_ids_costs_nothing_inside_a_compiled_function():
 def test_a_kv_cache_writes_where_it_stands_and_returns_everything_so_far():
     from attention_jax.layers import KVCache
     cache = KVCache((1, 2, 6, 3), jnp.float32)
-    np.testing.assert_array_equal(cache.positions(2), [0, 1])
+    np.testing.assert_array_equal(cache.positions(2), [[0, 1]])
     v, k = cache.append(jnp.ones((1, 2, 2, 3)), 2 * jnp.ones((1, 2, 2, 3)))
-    np.testing.assert_array_equal(cache.positions(1), [2])
+    np.testing.assert_array_equal(cache.positions(1), [[2]])
     v, k = cache.append(3 * jnp.ones((1, 2, 1, 3)), 4 * jnp.ones((1, 2, 1, 3)))
     np.testing.assert_array_equal(v[0, 0, :, 0], [1, 1, 3, 0, 0, 0])            # zeros past what is written
     np.testing.assert_array_equal(k[0, 1, :, 2], [2, 2, 4, 0, 0, 0])
     values_only = KVCache((1, 4, 3), jnp.float32, keys=False)
     v, k = values_only.append(jnp.ones((1, 2, 3)))
     assert k is None and int(values_only.index[...]) == 2
+
+
+def test_a_left_padded_row_takes_its_positions_after_its_padding_and_its_queries_never_see_it():
+    from attention_jax.layers import KVCache
+    cache = KVCache((2, 1, 5, 1), jnp.float32, start=[0, 2])           # row 1: two slots of padding
+    np.testing.assert_array_equal(cache.positions(3), [[0, 1, 2], [-2, -1, 0]])
+    np.testing.assert_array_equal(cache.visible(3)[1], [[0, 0, 0, 0, 0], [0, 0, 0, 0, 0], [0, 0, 1, 0, 0]])
+    cache.append(jnp.ones((2, 1, 3, 1)), jnp.ones((2, 1, 3, 1)))
+    np.testing.assert_array_equal(cache.slots(1), [3])
+    np.testing.assert_array_equal(cache.visible(1)[:, 0], [[1, 1, 1, 1, 0], [0, 0, 1, 1, 0]])
