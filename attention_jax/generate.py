@@ -59,20 +59,42 @@ def _draw(logits, key, temperature, greedy, top_k):
     return draw(logits, keys), key
 
 
-def _merged(graphdef, state, speed):
-    """The model to decode with: a copy (the caller's stays untouched), dropout off, `speed` swapped in."""
-    model = nnx.merge(graphdef, state)
+WEIGHTS = ("float32", "bfloat16", "float16")
+
+
+def _stored(state, weights: str):
+    """The parameters as decoding reads them: every matrix (the kernels, the token and position tables)
+    rounded to `weights` once, before the first token; vectors (biases, LayerNorms) as they are."""
+    if weights == "float32":
+        return state
+    low = jnp.dtype(weights)
+    return jax.tree.map(lambda a: a.astype(low) if a.ndim >= 2 and a.dtype == jnp.float32 else a, state)
+
+
+def rounded(model, weights: str = "bfloat16"):
+    """A copy of `model` holding its weight matrices as `generate(..., weights=...)` reads them: to
+    compare its logits with the model's own (the caller's model is not changed)."""
+    if weights not in WEIGHTS:
+        raise ConfigError(f"weights={weights!r}; choose one of {', '.join(map(repr, WEIGHTS))}")
+    graphdef, state = nnx.split(model)
+    return nnx.merge(graphdef, _stored(state, weights), copy=True)
+
+
+def _merged(graphdef, state, speed, weights="float32"):
+    """The model to decode with: a copy (the caller's stays untouched), its matrices stored in `weights`,
+    dropout off, `speed` swapped in."""
+    model = nnx.merge(graphdef, _stored(state, weights))
     model.eval()
     if speed is not None:
         fast(model, speed)
     return model
 
 
-@functools.partial(jax.jit, static_argnames=("graphdef", "n", "greedy", "top_k", "speed"))
-def _windows(graphdef, state, buf, lengths, key, temperature, *, n: int, greedy: bool, top_k, speed):
+@functools.partial(jax.jit, static_argnames=("graphdef", "n", "greedy", "top_k", "speed", "weights"))
+def _windows(graphdef, state, buf, lengths, key, temperature, *, n: int, greedy: bool, top_k, speed, weights):
     """Uncached: every step runs the model on a whole window of `context` tokens of each row's text
     (`buf`, its prompt `lengths[b]` long, padded on the right, where the causal mask hides it)."""
-    model = _merged(graphdef, state, speed)
+    model = _merged(graphdef, state, speed, weights)
     B, T = buf.shape[0], model.config.context
     rows = jnp.arange(B)
 
@@ -88,11 +110,11 @@ def _windows(graphdef, state, buf, lengths, key, temperature, *, n: int, greedy:
     return buf
 
 
-@functools.partial(jax.jit, static_argnames=("graphdef", "n", "greedy", "top_k", "speed"))
-def _cached(graphdef, state, prompt, padding, key, temperature, *, n: int, greedy: bool, top_k, speed):
+@functools.partial(jax.jit, static_argnames=("graphdef", "n", "greedy", "top_k", "speed", "weights"))
+def _cached(graphdef, state, prompt, padding, key, temperature, *, n: int, greedy: bool, top_k, speed, weights):
     """Cached: the prompts (left-padded to one length, `padding[b]` slots in row b) in one call
     (prefill), then one position a step, its keys and values kept."""
-    model = _merged(graphdef, state, speed)
+    model = _merged(graphdef, state, speed, weights)
     B, P = prompt.shape
     model.init_cache(B, P + n - 1, padding=padding)   # the prompt and every new token but the last are fed back
     logits = model(prompt)[:, -1]
@@ -154,7 +176,7 @@ def _check_options(model, n, key, temperature, top_k) -> bool:
 
 
 def generate(model, prompt, n: int, *, key=None, temperature: float = 1.0, top_k: int | None = None,
-             cache: bool = True, speed: Speed | None = Speed()):
+             cache: bool = True, speed: Speed | None = Speed(), weights: str = "float32"):
     """The prompt's ids followed by `n` generated ones, as int32.
 
     `prompt`: ids [P] (answer [P + n]), [B, P] for B prompts of one length ([B, P + n]), or a list of
@@ -165,9 +187,13 @@ def generate(model, prompt, n: int, *, key=None, temperature: float = 1.0, top_k
     each row draws with its own part of it. `top_k`: draw among the k most likely ids only.
     `cache`: keep each position's keys and values (O(T) work a token, within the context);
     False runs a whole window a token, and slides it past the context. `speed`: the faster forms
-    to decode with (`attention_jax.speed`); None: the model as built.
+    to decode with (`attention_jax.speed`); None: the model as built. `weights`: the dtype the
+    weight matrices are read in while decoding ("bfloat16": half the bytes a token reads, each
+    rounded once; activations and sums stay float32); the caller's model is not changed.
     """
     rows = _prompts(prompt, model.config.vocab_size)
+    if weights not in WEIGHTS:
+        raise ConfigError(f"weights={weights!r}; choose one of {', '.join(map(repr, WEIGHTS))}")
     greedy = _check_options(model, n, key, temperature, top_k)
     lengths = np.array([len(r) for r in rows], np.int32)
     P, T = int(lengths.max()), model.config.context
@@ -178,7 +204,8 @@ def generate(model, prompt, n: int, *, key=None, temperature: float = 1.0, top_k
     if speed is not None:
         speed.form_for(model.config)        # a form this model cannot take: one line, before compiling
     graphdef, state = nnx.split(model)
-    options = dict(n=int(n), greedy=greedy, top_k=None if top_k is None else int(top_k), speed=speed)
+    options = dict(n=int(n), greedy=greedy, top_k=None if top_k is None else int(top_k), speed=speed,
+                   weights=weights)
     key, temperature = jax.random.key(0) if key is None else key, jnp.float32(1.0 if greedy else temperature)
     padding = P - lengths
     if cache:

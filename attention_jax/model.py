@@ -234,7 +234,7 @@ class LanguageModel(nnx.Module):
         check_ids(tokens, cfg.vocab_size)
         dtype = compute_dtype(cfg)
         x = self.token_embed(tokens)
-        x = self.hook_embed(x if dtype is None else x.astype(dtype))
+        x = self.hook_embed(x.astype(dtype or jnp.float32))     # the stream's dtype, whatever the table is stored in
         rows = T if self.cache_index is None else self.cache_len
         if cfg.positions == "learned":
             if rows > cfg.max_positions_used:
