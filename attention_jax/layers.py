@@ -117,7 +117,8 @@ class KVCache(nnx.Module):
         self.k = nnx.Cache(jnp.zeros(shape, dtype)) if keys else None
         self.v = nnx.Cache(jnp.zeros(shape, dtype))
         self.index = nnx.Cache(jnp.zeros((), jnp.int32))
-        self.start = nnx.Cache(jnp.zeros(shape[:1], jnp.int32) if start is None else jnp.asarray(start, jnp.int32))
+        # A copy of its own: a decoding loop may donate the state, and one buffer cannot be donated twice.
+        self.start = nnx.Cache(jnp.zeros(shape[:1], jnp.int32) if start is None else jnp.array(start, jnp.int32))
 
     def slots(self, t: int) -> jax.Array:
         """Where the next t positions go: [t], one slot for every row."""

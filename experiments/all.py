@@ -25,6 +25,8 @@ CORPUS_TABLES = {"ladder", "positions", "scale_ablation", "norms"}     # trained
 # What an experiment needs beyond the base install, and how to get it.
 NEEDS = {name: ("torch", "PyTorch, the oracle it compares with: pip install -e '.[test]' --extra-index-url "
                          "https://download.pytorch.org/whl/cpu") for name in ("parity", "throughput")}
+NEEDS["generation"] = ("transformers", "Hugging Face transformers and PyTorch, the decoder it races: pip install -e "
+                                       "'.[test]' --extra-index-url https://download.pytorch.org/whl/cpu")
 NEEDS["patching"] = ("transformer_lens", "TransformerLens and PyTorch, the oracle it races: pip install -e '.[test]' "
                                          "--extra-index-url https://download.pytorch.org/whl/cpu")
 

@@ -7,7 +7,9 @@ width 768, context 1024), both ways `attention_jax.generate` can: with the key/v
 tokens a step). Each step is one compiled call, timed alone, so the per-position curve can be
 drawn; `generate` runs the same step inside one `lax.scan`, without the per-call dispatch.
 A window's cost does not depend on where the text is (it is always `context` tokens), so the
-uncached path is timed at a few positions spread over the same range.
+uncached path is timed at a few positions spread over the same range. Then ours against
+transformers' `generate` on one GPT-2's weights, and both against this machine's memory
+bandwidth (`experiments.generation_versus`).
 """
 from __future__ import annotations
 
@@ -21,12 +23,17 @@ from experiments.harness.experiment import Experiment, Result
 NAME = "generation"
 PROMPT = 16
 PRESETS = {
-    "smoke": dict(models=("tiny",), new=24, uncached_positions=3),
-    "cpu": dict(models=("one_block", "gpt2_small_shape"), new=1000, uncached_positions=6),
-    "paper": dict(models=("one_block", "gpt2_small_shape"), new=1000, uncached_positions=12),
+    "smoke": dict(models=("tiny",), new=24, uncached_positions=3, versus="tiny", versus_new=8, rounds=1),
+    "cpu": dict(models=("one_block", "gpt2_small_shape"), new=1000, uncached_positions=6, versus="gpt2_small",
+                versus_new=128, rounds=3),
+    "paper": dict(models=("one_block", "gpt2_small_shape"), new=1000, uncached_positions=12, versus="gpt2_small",
+                  versus_new=256, rounds=5),
 }
 SPEEDUP = 10          # the goal at 1,000 tokens for GPT-2 small's shape: cached >= 10x the tokens/s
 FLAT = 1.5            # "flat in position": the last tenth of the steps within 1.5x the first tenth's time
+FASTER = 2.0          # the goal against transformers' generate, float32, batch 1
+NEAR_FLOOR = 1.2      # the goal for bfloat16 weights: within 1.2x the floor for their bytes
+SPREAD = 0.05         # bfloat16 weights move the logits by under 0.05 of their standard deviation
 
 
 def model_config(name: str):
@@ -114,6 +121,35 @@ def claims(rows: list[dict]) -> list[dict]:
     return out
 
 
+def versus_claims(v: dict) -> list[dict]:
+    at = {(r["who"], r["weights"], r["batch"]): r for r in v["rows"]}
+    ratio = at[("transformers", "float32", 1)]["ms"] / at[("ours", "float32", 1)]["ms"]
+    low = at[("ours", "bfloat16", 1)]
+    return [
+        report.claim("our greedy tokens are transformers' on the same weights, batch 1 and each row of a batch of "
+                     "4 unequal prompts", all(v["tokens_equal"].values()),
+                     ", ".join(f"batch {b}: {'equal' if e else 'differ'}" for b, e in v["tokens_equal"].items())),
+        report.claim("a batch of 4 unequal prompts gives each row the tokens it gets alone", v["batch_equals_alone"],
+                     "equal" if v["batch_equals_alone"] else "differ"),
+        report.claim(f"ours >= {FASTER:g}x transformers' tokens/s at float32, batch 1", ratio >= FASTER,
+                     f"{ratio:.2f}x", ratio - FASTER),
+        report.claim(f"bfloat16 weights: within {NEAR_FLOOR:g}x the bandwidth floor for their bytes, batch 1",
+                     low["of_floor"] <= NEAR_FLOOR, f"{low['of_floor']:.2f}x ({low['ms']:.1f} ms against "
+                     f"{low['floor_ms']:.1f})", NEAR_FLOOR - low["of_floor"]),
+        report.claim(f"bfloat16 weights move the logits by under {SPREAD:g} of their standard deviation",
+                     v["bf16_logit_diff"] < SPREAD * v["logit_std"],
+                     f"max |diff| {v['bf16_logit_diff']:.4f}, std {v['logit_std']:.3f}",
+                     SPREAD - v["bf16_logit_diff"] / v["logit_std"]),
+    ]
+
+
+def versus_table(v: dict) -> str:
+    columns = [("who", "decoder", ""), ("weights", "weights", ""), ("batch", "batch", "d"),
+               ("ms", "ms/token", ".2f"), ("mb", "MB read a token", ",.1f"), ("floor_ms", "floor ms", ".2f"),
+               ("of_floor", "x floor", ".2f")]
+    return report.format_table(columns, v["rows"])
+
+
 def run(ctx) -> Result:
     p = ctx.settings
     rows = []
@@ -131,9 +167,18 @@ def run(ctx) -> Result:
                ("ratio", "speedup", ".1f")]
     title = f"greedy decoding, batch 1, prompt {PROMPT}, random weights ({ctx.preset} preset)"
     table = report.format_table(columns, rows)
-    return Result(rows=rows, claims=claims(rows), config=dict(p, prompt=PROMPT),
-                  tables={"ms per token, median over the steps (a model's new tokens stop at its context)": table},
-                  figures={"ms_per_token.png": figure(rows, title)})
+    from experiments.generation_versus import PROMPTS, race
+    v = race(p["versus"], p["versus_new"], p["rounds"])
+    print(versus_table(v), flush=True)
+    heading = (f"ours against transformers on one {p['versus']} GPT-2 ({v['params']:,} parameters), {v['new']} "
+               f"greedy tokens, prompts of {PROMPTS[0]} (batch 1) and {', '.join(map(str, PROMPTS))} (batch 4); "
+               f"median of {p['rounds']} turns each; floor: the bytes read at {v['bandwidth_gbs']:.1f} GB/s "
+               f"(a compiled sum over 512 MB); bfloat16 weights kept the float32 tokens for "
+               f"{v['bf16_same_tokens']} of {v['new']}; torch on {v['torch_threads']} threads")
+    return Result(rows=rows, claims=claims(rows) + versus_claims(v), config=dict(p, prompt=PROMPT),
+                  tables={"ms per token, median over the steps (a model's new tokens stop at its context)": table,
+                          heading: versus_table(v)},
+                  figures={"ms_per_token.png": figure(rows, title)}, extra={"versus": v})
 
 
 EXPERIMENT = Experiment(NAME, __doc__, PRESETS, run)

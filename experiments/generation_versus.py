@@ -1,0 +1,123 @@
+"""Our `generate` against transformers' on one GPT-2, and both against the machine's memory bandwidth.
+
+A GPT-2 with transformers' own random initialisation is saved by transformers and read by our
+loader (`attention_jax.pretrained`), so both decode the very same weights, greedily, a batch of
+one prompt and a batch of four of unequal lengths (transformers: left padding and an attention
+mask; ours: `generate` given a list). They take turns, `rounds` times each, and the medians of
+milliseconds a token (a call's wall time over its new tokens, prefill included) are reported.
+Decoding reads every weight once a token, so the floor is the bytes read (the weights, and the
+key/value cache) over the bandwidth a large reduction reaches on this machine (`bandwidth`).
+"""
+from __future__ import annotations
+
+import logging
+import tempfile
+import time
+
+import numpy as np
+
+SHAPES = {"tiny": dict(vocab_size=101, n_positions=64, n_embd=32, n_layer=2, n_head=4),
+          "gpt2_small": {}}                   # transformers' defaults are GPT-2 small's
+PROMPTS = (16, 9, 12, 5)                      # the batch of four; the batch of one is the first
+
+
+def bandwidth(megabytes: int = 512, rounds: int = 9) -> float:
+    """GB/s of a compiled sum over a float32 array of `megabytes` (read once, nothing written): the median."""
+    import jax
+    import jax.numpy as jnp
+    a = jnp.ones((megabytes * 2**20 // 4,), jnp.float32)
+    total = jax.jit(jnp.sum).lower(a).compile()
+    times = []
+    for _ in range(rounds):
+        start = time.perf_counter()
+        jax.block_until_ready(total(a))
+        times.append(time.perf_counter() - start)
+    return a.nbytes / float(np.median(times)) / 1e9
+
+
+def models(shape: str):
+    """(ours, transformers') holding one random GPT-2 (transformers' initialisation, seed 0)."""
+    import torch
+    import transformers
+    from attention_jax import pretrained
+    logging.getLogger("transformers").setLevel(logging.ERROR)
+    torch.manual_seed(0)
+    config = transformers.GPT2Config(**SHAPES[shape], attn_implementation="eager")
+    hf = transformers.GPT2LMHeadModel(config).eval()
+    folder = tempfile.mkdtemp(prefix="attention_jax-gpt2-")
+    hf.save_pretrained(folder)
+    return pretrained.load(folder), hf
+
+
+def theirs(hf, prompts: list[np.ndarray], n: int) -> list[np.ndarray]:
+    """transformers' greedy `generate`: prompts left-padded, an attention mask, exactly n new tokens each."""
+    import torch
+    P = max(len(p) for p in prompts)
+    ids, mask = np.zeros((len(prompts), P), np.int64), np.zeros((len(prompts), P), np.int64)
+    for r, p in enumerate(prompts):
+        ids[r, P - len(p):], mask[r, P - len(p):] = p, 1
+    with torch.no_grad():
+        out = hf.generate(torch.as_tensor(ids), attention_mask=torch.as_tensor(mask), max_new_tokens=n,
+                          min_new_tokens=n, do_sample=False, pad_token_id=0).numpy()
+    return [np.concatenate([p, row[P:]]) for p, row in zip(prompts, out)]
+
+
+def ours(model, prompts: list[np.ndarray], n: int, weights: str = "float32") -> list[np.ndarray]:
+    from attention_jax.generate import generate
+    out = generate(model, prompts if len(prompts) > 1 else prompts[0], n, temperature=0, weights=weights)
+    return list(out) if len(prompts) > 1 else [out]
+
+
+def bytes_a_token(model, batch: int, slots: int, weights: str) -> int:
+    """What one decoding step reads: every parameter (matrices in `weights`) and the whole key/value cache."""
+    import jax
+    from flax import nnx
+    leaves = jax.tree.leaves(nnx.state(model, nnx.Param))
+    low = 2 if weights != "float32" else 4
+    params = sum(a.size * (low if a.ndim >= 2 else 4) for a in leaves)
+    cfg = model.config
+    return params + 2 * cfg.n_layers * batch * slots * cfg.d_model * 4
+
+
+def race(shape: str, n: int, rounds: int) -> dict:
+    """Every setting's median ms a token, its floor, and whether the tokens agree."""
+    import torch
+    from attention_jax.generate import rounded
+    model, hf = models(shape)
+    vocab = model.config.vocab_size
+    rng = np.random.default_rng(0)
+    batches = {1: [rng.integers(0, vocab, PROMPTS[0])]}
+    batches[4] = [batches[1][0], *(rng.integers(0, vocab, k) for k in PROMPTS[1:])]
+    settings = [(who, w, b) for b in (1, 4) for who, w in (("ours", "float32"), ("ours", "bfloat16"),
+                                                           ("transformers", "float32"))]
+    run = lambda who, w, b: ours(model, batches[b], n, w) if who == "ours" else theirs(hf, batches[b], n)
+    texts = {s: run(*s) for s in settings}                         # the first call of each compiles
+    times = {s: [] for s in settings}
+    for _ in range(rounds):
+        for s in settings:
+            start = time.perf_counter()
+            run(*s)
+            times[s].append(1e3 * (time.perf_counter() - start) / n)
+    gbs = bandwidth()
+    rows = []
+    for who, w, b in settings:
+        need = bytes_a_token(model, b, max(PROMPTS[:b]) + n - 1, w)
+        ms = float(np.median(times[(who, w, b)]))
+        rows.append(dict(who=who, weights=w, batch=b, ms=ms, mb=need / 2**20, floor_ms=1e3 * need / (gbs * 1e9),
+                         times=times[(who, w, b)]))
+        rows[-1]["of_floor"] = ms / rows[-1]["floor_ms"]
+    ids = np.stack([t[:PROMPTS[0] + n] for t in texts[("ours", "float32", 1)]])
+    full = lambda m: np.asarray(m(ids))
+    exact, low = full(model), full(rounded(model, "bfloat16"))
+    same = lambda a, b: all(np.array_equal(x, y) for x, y in zip(a, b))
+    first = lambda a, b: int(np.argmax(np.append(a[0] != b[0], True)))
+    alone = [ours(model, [p], n)[0] for p in batches[4]]
+    return {"shape": shape, "params": sum(p.numel() for p in hf.parameters()), "new": n, "bandwidth_gbs": gbs,
+            "torch_threads": torch.get_num_threads(), "rows": rows,
+            "tokens_equal": {b: same(texts[("ours", "float32", b)], texts[("transformers", "float32", b)])
+                             for b in (1, 4)},
+            "batch_equals_alone": same(texts[("ours", "float32", 4)], alone),
+            "transformers_batch_equals_alone": same(texts[("transformers", "float32", 4)],
+                                                    [theirs(hf, [p], n)[0] for p in batches[4]]),
+            "bf16_same_tokens": first(texts[("ours", "bfloat16", 1)], texts[("ours", "float32", 1)]) - PROMPTS[0],
+            "bf16_logit_diff": float(np.abs(low - exact).max()), "logit_std": float(exact.std())}
