@@ -66,7 +66,8 @@ def test_what_cannot_be_generated_is_refused_in_one_line(model):
             generate(model, empty, 3, temperature=0)
     with pytest.raises(DataError, match="outside the vocabulary"):
         generate(model, [TINY.vocab_size], 3, temperature=0)
-    for bad in ({"n": -1}, {"n": 2.5}, {"temperature": -1.0}, {"temperature": float("nan")}, {"top_k": 0},
+    for bad in ({"n": -1}, {"n": 2.5}, {"temperature": -1.0}, {"temperature": float("nan")},
+                {"temperature": float("inf")}, {"top_k": 0},
                 {"top_k": TINY.vocab_size + 1}):
         kw = {"n": 3, "temperature": 0.0, **bad}
         with pytest.raises(ConfigError):

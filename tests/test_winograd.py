@@ -57,12 +57,23 @@ def test_smoke_writes_rows_columns_claims_and_pngs(runs):
     for header in ("held-out accuracy %", "book %", "other noun %", "train accuracy %", "chance"):
         assert header in table
     claims = run["results"]["claims"]
-    assert len(claims) == 5
+    assert len(claims) == 8
     for c in claims:
         assert {"claim", "passed", "measured", "margin"} <= set(c) and c["claim"] in table
     assert "no better than chance" in claims[0]["claim"] and "85%" in claims[1]["claim"]
     assert "0.005" in claims[2]["claim"] and "the noun the adjective picks" in claims[3]["claim"]
     assert "leaky" in claims[4]["claim"]
+    assert [c["claim"].split(":")[0].split(" (")[0] for c in claims[5:]] == [
+        "block 1 moves the first noun to the referent", "block 2 fetches the second noun from its own slot",
+        "block 2 reads the adjective at its own slot"]
+    assert "Patching entering block 2 (seed 0, 16 held-out pairs)" in table
+    causal = run["results"]["causal"]
+    for test in ("keep", "fetch", "read"):     # entering block 1 only the changed word differs: it brings all back
+        first = np.asarray(causal["seed0"][test]["first_block"])
+        changed = {"keep": "x", "fetch": "y", "read": "adj"}[test]
+        assert first[causal["seed0"]["slots"][changed]] == pytest.approx(1.0, abs=1e-4)
+        assert np.abs(np.delete(first, causal["seed0"]["slots"][changed])).max() < 1e-4
+    assert len(causal["seed0"]["read"]["heads"]) == 4 and len(causal["keep_referent_seeds"]) == 1
     for png in ("accuracy.png", "attention_pair.png", "block2_adjectives.png"):
         assert (folder / png).read_bytes()[:8] == PNG
     assert sorted(run["results"]["figures"]) == ["accuracy.png", "attention_pair.png", "block2_adjectives.png"]
@@ -228,12 +239,41 @@ def test_every_claim_is_checked_on_each_word_pool(runs, tmp_path):
     pools = results["pools"]
     assert pools[0]["accuracy"] == {r["name"]: f"{100 * r['accuracy']:.1f}" for r in runs["first"]["results"]["rows"]}
     assert [p["pool"] for p in pools] == [0, 1] and pools[0]["nouns"][:2] == ["animal", "dog"]
-    assert len(pools[1]["claims"]) == len(pools[0]["claims"]) == len(results["claims"]) == 5
+    assert len(pools[1]["claims"]) == len(pools[0]["claims"]) == len(results["claims"]) == 8
+    assert set(pools[1]["causal"]) >= {"keep_referent", "fetch_second", "read_adjective", "read_best_head"}
     assert set(pools[1]["attention"]) >= {"block1_adjective_weight", "block2_pick_margin"}
     assert set(pools[1]["accuracy"]) == set(winograd.ROWS)
     table = (tmp_path / "winograd" / "table.md").read_text()
     assert "on 2 word pools" in table and "held (pools x seeds)" in table
     assert "Two blocks at the referent, per word pool" in table and "block 1: most weight on the adjective" in table
+    assert "Patching entering block 2, per word pool" in table and "read: best head of block 2" in table
+
+
+def test_each_causal_test_changes_one_word_and_asks_for_the_right_nouns():
+    from experiments.winograd import causal
+    task = wg.make_task(wg.load_spec(), leaky=False, seed=0)
+    words = task.spec.template.split(" ")
+    slot = {s: words.index("{" + s + "}") for s in ("x", "y", "adj")}
+    for test, changed in (("keep", "x"), ("fetch", "y"), ("read", "adj")):
+        clean, corrupted, answer, wrong = causal.sentences(task, test)
+        assert clean.shape == corrupted.shape == (causal.PAIRS, task.heldout.position + 1)
+        differ = np.flatnonzero((clean != corrupted).any(axis=0))
+        assert differ.tolist() == [slot[changed]] and (clean != corrupted)[:, slot[changed]].all()
+        noun = {"keep": "x", "fetch": "y", "read": "x"}[test]      # the clean sentence's referent
+        np.testing.assert_array_equal(answer, clean[:, slot[noun]])
+        bad = corrupted[:, slot[changed]] if test != "read" else clean[:, slot["y"]]
+        np.testing.assert_array_equal(wrong, bad)
+
+
+def test_causal_claims_on_hand_made_figures():
+    from experiments.winograd import causal
+    story = dict(keep_referent=0.9, fetch_second=0.8, fetch_referent=0.1, read_adjective=0.95, read_referent=0.2,
+                 read_best_head=0.7)
+    got = causal.claims(story)
+    assert [c["passed"] for c in got] == [True, True, True]
+    assert [c["margin"] for c in got] == pytest.approx([0.4, 0.3, 0.45])
+    got = causal.claims({**story, "keep_referent": 0.3, "fetch_referent": 0.85, "read_referent": 0.97})
+    assert [c["passed"] for c in got] == [False, False, False]
 
 
 def test_pools_and_word_files_do_not_mix(tmp_path, capsys):

@@ -111,4 +111,7 @@ def claims(r: dict) -> list[dict]:
         u, one = acc["leaky_average"], acc["leaky_one_block"]
         out.append(report.claim("in the leaky task the uniform average matches or beats one block", u >= one,
                                 f"{u:.1f}% vs {one:.1f}% (book 100% vs 91.7%)", u - one))
+    if "causal" in r:            # the story, causally (experiments.winograd.causal)
+        from experiments.winograd.causal import claims as causal_claims
+        out += causal_claims(r["causal"])
     return out

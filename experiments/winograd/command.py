@@ -8,6 +8,7 @@ import numpy as np
 from attention_jax.errors import ConfigError
 from experiments.harness import cli, report
 from experiments.harness.experiment import Result
+from experiments.winograd import causal
 from experiments.winograd.attention import attention_demo, claims, save_viewer
 from experiments.winograd.constants import BOOK, CHANCE, HEADS, MODELS, ROWS, TASKS, WIDTH
 from experiments.winograd.figures import accuracy_figure, pair_figure, pair_table, pct, rule_figure, rule_table
@@ -36,6 +37,17 @@ def pools_attention_table(found: list[dict]) -> str:
                                 ("block1_pair_diff", "block 1: the demo pair's rows differ by", ".3f"),
                                 ("block2_shift", "block 2: weight moved by the adjective", ".3f"),
                                 ("block2_pick_margin", "block 2: picked noun minus other, least", ".3f")], rows)
+
+
+def pools_causal_table(found: list[dict]) -> str:
+    """Per pool: what patching one slot entering block 2 brings back, for each test of the story."""
+    rows = [{"pool": p["pool"], **p["causal"]} for p in found]
+    return report.format_table([("pool", "pool", ""), ("keep_referent", "keep: referent", ".2f"),
+                                ("keep_first", "keep: first noun", ".2f"),
+                                ("fetch_second", "fetch: second noun", ".2f"),
+                                ("fetch_referent", "fetch: referent", ".2f"),
+                                ("read_adjective", "read: adjective", ".2f"), ("read_referent", "read: referent", ".2f"),
+                                ("read_best_head", "read: best head of block 2", ".2f")], rows)
 
 
 def pools_table(found: list[dict]) -> str:
@@ -87,7 +99,10 @@ def train_pool(ctx, table, spec) -> dict:
     check, demos = {r["name"]: r for r in records}, []
     if "clean_two_blocks" in check:
         r = check["clean_two_blocks"]
-        demos = [attention_demo(table.load_model(r, seed=s), splits["clean"](s)) for s in seeds]
+        models = [table.load_model(r, seed=s) for s in seeds]
+        demos = [attention_demo(m, splits["clean"](s)) for m, s in zip(models, seeds)]
+        patched = [causal.causal_demo(m, splits["clean"](s)) for m, s in zip(models, seeds)]
+        check["causal"] = {**causal.worst(patched), "seed0": patched[0]}
         per_seed = {k: [d[k] for d in demos] for k in ("block1_pair_diff", "block1_all_adjectives_diff",
                                                        "block1_heldout_diff", "block1_adjective_weight", "block2_shift",
                                                        "block2_pick_margin")}
@@ -149,6 +164,9 @@ def run(ctx) -> Result:
         figures["block2_adjectives.png"] = rule_figure(demo, sides, f"block 2 at the referent, every adjective "
                                                                     f"({ctx.preset} preset, seed 0)")
         extra["attention"] = {"seed0": demo, **attention}
+        extra["causal"] = pool["check"]["causal"]
+        tables[f"Patching entering block 2 (seed 0, {causal.PAIRS} held-out pairs): the share of the clean answer "
+               "each slot brings back, per test (1: all of it, 0: none)"] = causal.table(pool["check"]["causal"]["seed0"])
         print(f"  block 1 at the referent, {a} vs {b}: max difference "
               + ", ".join(f"{v:.3g}" for v in attention["block1_pair_diff_seeds"])
               + f" (per seed); block 2 moves {demo['block2_shift']:.2f} of its weight", flush=True)
@@ -163,12 +181,17 @@ def run(ctx) -> Result:
                           "claims": report.claims_across_seeds(claims, check_k, len(seeds)),
                           "accuracy": {n: pct(check_k[n], "accuracy") for n in ROWS if n in check_k},
                           "attention": {k_: v for k_, v in check_k.get("attention", {}).items()
-                                        if k_.startswith("block") and not k_.endswith("_seeds")}})
+                                        if k_.startswith("block") and not k_.endswith("_seeds")},
+                          "causal": {k_: v for k_, v in check_k.get("causal", {}).items()
+                                     if isinstance(v, float)}})
         extra["pools"] = found
         tables[f"Each claim on {args.pools} word pools (0: the book's), {len(seeds)} seed(s) each"] = \
             pools_table(found)
         if all(p["attention"] for p in found):
             tables["Two blocks at the referent, per word pool (worst seed)"] = pools_attention_table(found)
+        if all(p["causal"] for p in found):
+            tables["Patching entering block 2, per word pool (worst seed): the share of the clean answer one slot "
+                   "brings back"] = pools_causal_table(found)
     if tc.eval_every and any(len(r["history"]) > 1 for r in records):
         from experiments.plots import curves
         figures["curves.png"] = curves(records, ("accuracy", "train_accuracy"),
