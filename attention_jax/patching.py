@@ -128,17 +128,21 @@ def _plan(model, clean, corrupted, hook: str, by: str, into: str):
     return jnp.asarray(target), jnp.asarray(source), names, (cfg.n_layers, *[sizes[a] for a in BY[by]])
 
 
-def _check_metric(metric, shape, vocab: int) -> None:
-    """A metric the sweep can compile: hashable (it keys the program), logits [B, T, V] -> one number."""
+_NOT_ONE = "metric returns {}, not one number: reduce it over the batch (e.g. a mean) so each patch gets a value"
+
+
+def _check_metric(metric, logits_shape=None) -> None:
+    """A metric the sweep can compile: hashable (it keys the program), and (given the logits' shape)
+    one number from them."""
     try:
         hash(metric)
     except TypeError:
         raise ConfigError(f"metric {type(metric).__name__} is not hashable, and it keys the compiled sweep; pass a "
                           "function (a def or lambda) or a frozen dataclass") from None
-    out = jax.eval_shape(metric, jax.ShapeDtypeStruct((*shape, vocab), jnp.float32))
-    if getattr(out, "shape", None) != ():
-        raise ConfigError(f"metric returns {getattr(out, 'shape', type(out).__name__)}, not one number: reduce it "
-                          "over the batch (e.g. a mean) so each patch gets a value")
+    if logits_shape is not None:
+        out = jax.eval_shape(metric, jax.ShapeDtypeStruct(logits_shape, jnp.float32))
+        if getattr(out, "shape", None) != ():
+            raise ConfigError(_NOT_ONE.format(getattr(out, "shape", type(out).__name__)))
 
 
 def _mask(shape, axes, by, index, layer):
@@ -179,7 +183,7 @@ def activation_patch(model, clean, corrupted, metric: Callable, *, hook: str = "
     `metric(logits [B, T, V]) -> scalar`, e.g. `normalized_logit_diff(...)`. `batch_size`: patched
     forwards computed side by side (default all of them; fewer to bound memory)."""
     target, source, names, grid = _plan(model, clean, corrupted, hook, by, into)
-    _check_metric(metric, target.shape, model.config.vocab_size)
+    _check_metric(metric)
     if batch_size is not None and (isinstance(batch_size, bool) or not isinstance(batch_size, (int, np.integer))
                                    or batch_size < 1):
         raise ConfigError(f"batch_size={batch_size!r} must be a whole number >= 1 (None: every patch at once)")
@@ -188,6 +192,8 @@ def activation_patch(model, clean, corrupted, metric: Callable, *, hook: str = "
     size = min(batch_size or len(indices), len(indices))
     values = _sweep(graphdef, state, target, source, indices, names=tuple(names),
                     axes=HOOKS[hook][1], by=by, metric=metric, batch_size=size)
+    if values.shape != (len(indices),):        # checked after the run: tracing the metric first costs each call
+        raise ConfigError(_NOT_ONE.format(values.shape[1:]))
     return Sweep(np.asarray(values, np.float64).reshape(grid), ("layer", *BY[by]), hook)
 
 
@@ -198,7 +204,7 @@ def attribution_patch(model, clean, corrupted, metric: Callable, *, hook: str = 
     the axes the patch covers. One forward and one backward pass. Exact where the metric is linear
     in the patched activation over the change; see docs/library.md for where it is not."""
     target, source, names, grid = _plan(model, clean, corrupted, hook, by, into)
-    _check_metric(metric, target.shape, model.config.vocab_size)
+    _check_metric(metric, (*target.shape, model.config.vocab_size))
     graphdef, state = nnx.split(model)
     came, was = (_recorded(graphdef, state, tokens, names=tuple(names)) for tokens in (source, target))
     grads = _gradients(graphdef, state, target, {n: jnp.zeros_like(was[n]) for n in names}, names=tuple(names),

@@ -141,8 +141,9 @@ def test_what_a_compiled_sweep_would_clamp_or_fail_on_is_refused_first(case):
         normalized_logit_diff(model, clean, corrupted, 3, 4, position=8)
     for bad, words in ((lambda logits: logits[:, -1, 3], r"returns \(3,\), not one number"),
                        ({"not": "hashable"}, "is not hashable")):
-        with pytest.raises(ConfigError, match=words):
-            activation_patch(model, clean, corrupted, bad)
+        for patch in (activation_patch, attribution_patch):
+            with pytest.raises(ConfigError, match=words):
+                patch(model, clean, corrupted, bad)
     for size in (0, -2, 1.5):
         with pytest.raises(ConfigError, match=f"batch_size={size!r} must be a whole number >= 1"):
             activation_patch(model, clean, corrupted, metric, batch_size=size)
