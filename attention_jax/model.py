@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import jax
 import jax.numpy as jnp
+import numpy as np
 from flax import nnx
 
 from attention_jax import functional as F
@@ -281,9 +282,14 @@ class LanguageModel(nnx.Module):
         if cfg.positions == "learned" and max_len > cfg.max_positions_used:
             raise ConfigError(f"a cache of {max_len} positions passes the learned position table "
                               f"({cfg.max_positions_used} rows); decode at most {cfg.max_positions_used}")
-        start = jnp.zeros((batch,), jnp.int32) if padding is None else jnp.asarray(padding, jnp.int32)
-        if start.shape != (batch,):
-            raise ConfigError(f"padding has shape {start.shape}; give one count per row, [{batch}]")
+        given = np.zeros(batch, np.int64) if padding is None else padding
+        traced = isinstance(given, jax.core.Tracer)         # inside a compiled decode: its caller checked it
+        seen = given if traced else np.asarray(given)
+        if seen.shape != (batch,) or not jnp.issubdtype(seen.dtype, jnp.integer) or not traced and (
+                seen.min(initial=0) < 0 or seen.max(initial=0) >= max_len):
+            raise ConfigError(f"padding={np.asarray(seen).tolist() if not traced else seen.shape!r}: give one whole "
+                              f"number per row, [{batch}], each from 0 to {max_len - 1} (slots before the row's text)")
+        start = jnp.asarray(given, jnp.int32)
         dtype = compute_dtype(cfg) or jnp.float32
         for block in self.blocks:
             if isinstance(block.mixer, _Attention):

@@ -158,8 +158,9 @@ def test_rows_that_are_no_prompts_are_refused_in_one_line():
     from attention_jax.errors import DataError
     with pytest.raises(DataError, match="token id 50 is outside the vocabulary"):
         generate(m, [[1, 2], [50]], 3, temperature=0)
-    with pytest.raises(ConfigError, match="padding has shape"):
-        m.init_cache(2, padding=[1, 2, 3])
+    for bad in ([1, 2, 3], [0, -1], [0, BASE.context], [0.5, 1.0]):
+        with pytest.raises(ConfigError, match=r"padding=.*one whole number per row, \[2\], each from 0 to 23"):
+            m.init_cache(2, padding=bad)
 
 
 @pytest.mark.parametrize("positions", [pytest.param(k, marks=pytest.mark.slow) if k != "learned" else k for k in KINDS])
