@@ -71,11 +71,15 @@ def _stored(state, weights: str):
     return jax.tree.map(lambda a: a.astype(low) if a.ndim >= 2 and a.dtype == jnp.float32 else a, state)
 
 
+def _check_weights(weights) -> None:
+    if weights not in WEIGHTS:
+        raise ConfigError(f"weights={weights!r}; choose one of {', '.join(map(repr, WEIGHTS))}")
+
+
 def rounded(model, weights: str = "bfloat16"):
     """A copy of `model` holding its weight matrices as `generate(..., weights=...)` reads them: to
     compare its logits with the model's own (the caller's model is not changed)."""
-    if weights not in WEIGHTS:
-        raise ConfigError(f"weights={weights!r}; choose one of {', '.join(map(repr, WEIGHTS))}")
+    _check_weights(weights)
     graphdef, state = nnx.split(model)
     return nnx.merge(graphdef, _stored(state, weights), copy=True)
 
@@ -192,8 +196,7 @@ def generate(model, prompt, n: int, *, key=None, temperature: float = 1.0, top_k
     rounded once; activations and sums stay float32); the caller's model is not changed.
     """
     rows = _prompts(prompt, model.config.vocab_size)
-    if weights not in WEIGHTS:
-        raise ConfigError(f"weights={weights!r}; choose one of {', '.join(map(repr, WEIGHTS))}")
+    _check_weights(weights)
     greedy = _check_options(model, n, key, temperature, top_k)
     lengths = np.array([len(r) for r in rows], np.int32)
     P, T = int(lengths.max()), model.config.context

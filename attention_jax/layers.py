@@ -106,6 +106,12 @@ class Bidirectional(CausalMask):
         return None
 
 
+def decoding_positions(index, start, t: int) -> jax.Array:
+    """[B, t]: the positions of slots index .. index + t - 1 in each row, left-padded by start[b] slots
+    (negative in the padding)."""
+    return (index + jnp.arange(t))[None, :] - start[:, None]
+
+
 class KVCache(nnx.Module):
     """What a mixer has seen so far, for decoding one position at a time: its values (and keys)
     at every slot up to `max_len`, preallocated so that shapes stay fixed under jit, and how
@@ -125,8 +131,8 @@ class KVCache(nnx.Module):
         return self.index[...] + jnp.arange(t)
 
     def positions(self, t: int) -> jax.Array:
-        """The next t positions of each row, [B, t]: their slots less the row's padding (< 0 in it)."""
-        return self.slots(t)[None, :] - self.start[...][:, None]
+        """The next t positions of each row, [B, t]: `decoding_positions`."""
+        return decoding_positions(self.index[...], self.start[...], t)
 
     def visible(self, t: int) -> jax.Array:
         """bool [B, t, max_len]: the next t queries see the slots at or before their own, from their row's start."""

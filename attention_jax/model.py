@@ -28,8 +28,8 @@ from attention_jax import functional as F
 from attention_jax.config import ModelConfig
 from attention_jax.errors import ConfigError
 from attention_jax.layers import (  # noqa: F401  (Hook, masks, check_ids: part of the model's API)
-    Bidirectional, CausalMask, Dense, Hook, KVCache, LayerNorm, check_ids, compute_dtype, dropout, embedding_init,
-    projection)
+    Bidirectional, CausalMask, Dense, Hook, KVCache, LayerNorm, check_ids, compute_dtype, decoding_positions, dropout,
+    embedding_init, projection)
 
 # --- context mixers --------------------------------------------------------------------------
 
@@ -251,8 +251,7 @@ class LanguageModel(nnx.Module):
         positions ([B, T, D]; a left-padding slot reads row 0, and no query reads it)."""
         if self.cache_index is None:
             return table
-        at = self.cache_index[...] + jnp.arange(T)[None, :] - self.cache_start[...][:, None]
-        return table[jnp.maximum(at, 0)]
+        return table[jnp.maximum(decoding_positions(self.cache_index[...], self.cache_start[...], T), 0)]
 
     def unembed(self, x):
         """The residual stream [B, T, D] -> logits [B, T, V]: final norm (pre-norm models), output layer."""
@@ -282,14 +281,13 @@ class LanguageModel(nnx.Module):
         if cfg.positions == "learned" and max_len > cfg.max_positions_used:
             raise ConfigError(f"a cache of {max_len} positions passes the learned position table "
                               f"({cfg.max_positions_used} rows); decode at most {cfg.max_positions_used}")
-        given = np.zeros(batch, np.int64) if padding is None else padding
-        traced = isinstance(given, jax.core.Tracer)         # inside a compiled decode: its caller checked it
-        seen = given if traced else np.asarray(given)
-        if seen.shape != (batch,) or not jnp.issubdtype(seen.dtype, jnp.integer) or not traced and (
-                seen.min(initial=0) < 0 or seen.max(initial=0) >= max_len):
-            raise ConfigError(f"padding={np.asarray(seen).tolist() if not traced else seen.shape!r}: give one whole "
+        start = jnp.zeros((batch,), jnp.int32) if padding is None else jnp.asarray(padding)
+        concrete = not isinstance(start, jax.core.Tracer)     # traced: inside a compiled decode, its caller checked it
+        if start.shape != (batch,) or not jnp.issubdtype(start.dtype, jnp.integer) or concrete and batch and (
+                start.min() < 0 or start.max() >= max_len):
+            raise ConfigError(f"padding={np.asarray(start).tolist() if concrete else start.shape!r}: give one whole "
                               f"number per row, [{batch}], each from 0 to {max_len - 1} (slots before the row's text)")
-        start = jnp.asarray(given, jnp.int32)
+        start = start.astype(jnp.int32)
         dtype = compute_dtype(cfg) or jnp.float32
         for block in self.blocks:
             if isinstance(block.mixer, _Attention):

@@ -62,9 +62,8 @@ def logit_diff(logits, answer, wrong, *, position: int = -1) -> jax.Array:
     B, T, V = logits.shape
     if not -T <= position < T:
         raise ConfigError(f"position={position} is outside the text's {T} positions (from {-T} to {T - 1})")
-    for ids in (answer, wrong):
-        if not isinstance(ids, jax.core.Tracer):        # JAX would clamp an id past the vocabulary, silently
-            check_ids(ids, V)
+    for ids in (answer, wrong):         # JAX would clamp an id past the vocabulary, silently
+        check_ids(ids, V)
     at = logits[:, position]                                            # [B, V]
     rows = jnp.arange(B)
     pick = lambda ids: at[rows, jnp.broadcast_to(jnp.asarray(ids), rows.shape)]
