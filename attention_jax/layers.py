@@ -1,6 +1,6 @@
 """The parts every model is built of: projections, norms, dropout, and the points inspection swaps.
 
-`Dense` and `LayerNorm` hold float32 parameters and call the functional core; with a
+`Dense`, `TokenEmbed` and `LayerNorm` hold float32 parameters and call the functional core; with a
 compute dtype (mixed precision) `Dense` multiplies in it. `Hook` (an identity at a named
 point) and `CausalMask` exist to be swapped by `attention_jax.inspect`; `check_ids` refuses
 token ids outside the vocabulary. `projection`, `dropout`, `compute_dtype` and
@@ -53,6 +53,14 @@ class Dense(nnx.Module):
 
     def __call__(self, x):
         return F.dense(*self.operands(x))
+
+
+class TokenEmbed(nnx.Embed):
+    """The token table: a row per id in (`__call__`) and, when tied, the output layer, which reads
+    it transposed (`attend`: the stream [..., D] against every row, [..., V])."""
+
+    def attend(self, x):
+        return jnp.einsum("...D,VD->...V", x, self.embedding[...].astype(x.dtype))
 
 
 class LayerNorm(nnx.Module):
@@ -120,8 +128,12 @@ class KVCache(nnx.Module):
     slot s holds its position s - start[b], and the slots before it are read by no query."""
 
     def __init__(self, shape: tuple[int, ...], dtype, *, keys: bool = True, start=None):
-        self.k = nnx.Cache(jnp.zeros(shape, dtype)) if keys else None
-        self.v = nnx.Cache(jnp.zeros(shape, dtype))
+        # One row of attention is kept as [H, max_len, D]: held as [1, H, max_len, D], XLA's CPU backend
+        # copies the whole cache several times a token, where it writes one slot in place otherwise.
+        self.shape = tuple(shape)
+        stored = self.shape[1:] if len(shape) == 4 and shape[0] == 1 else self.shape
+        self.k = nnx.Cache(jnp.zeros(stored, dtype)) if keys else None
+        self.v = nnx.Cache(jnp.zeros(stored, dtype))
         self.index = nnx.Cache(jnp.zeros((), jnp.int32))
         # A copy of its own: a decoding loop may donate the state, and one buffer cannot be donated twice.
         self.start = nnx.Cache(jnp.zeros(shape[:1], jnp.int32) if start is None else jnp.array(start, jnp.int32))
@@ -142,11 +154,13 @@ class KVCache(nnx.Module):
     def append(self, v, k=None):
         """Write t new slots; every value (and key) written so far, zeros past them: [..., max_len, D]."""
         start = self.index[...]
-        self.v[...] = jax.lax.dynamic_update_slice_in_dim(self.v[...], v.astype(self.v.dtype), start, axis=-2)
+        write = lambda cache, new: jax.lax.dynamic_update_slice_in_dim(
+            cache, new.astype(cache.dtype).reshape(*cache.shape[:-2], *new.shape[-2:]), start, axis=-2)
+        self.v[...] = write(self.v[...], v)
         if k is not None:
-            self.k[...] = jax.lax.dynamic_update_slice_in_dim(self.k[...], k.astype(self.k.dtype), start, axis=-2)
+            self.k[...] = write(self.k[...], k)
         self.index[...] = start + v.shape[-2]
-        return self.v[...], None if k is None else self.k[...]
+        return self.v[...].reshape(self.shape), None if k is None else self.k[...].reshape(self.shape)
 
 
 def check_ids(tokens, vocab_size: int) -> None:

@@ -29,7 +29,7 @@ from attention_jax.config import ModelConfig
 from attention_jax.errors import ConfigError
 from attention_jax.layers import (  # noqa: F401  (Hook, masks, check_ids: part of the model's API)
     Bidirectional, CausalMask, Dense, Hook, KVCache, LayerNorm, check_ids, compute_dtype, decoding_positions, dropout,
-    embedding_init, projection)
+    embedding_init, projection, TokenEmbed)
 
 # --- context mixers --------------------------------------------------------------------------
 
@@ -214,7 +214,7 @@ class LanguageModel(nnx.Module):
     def __init__(self, config: ModelConfig, *, rngs: nnx.Rngs):
         d = config.d_model
         self.config = config
-        self.token_embed = nnx.Embed(config.vocab_size, d, embedding_init=embedding_init(config.init), rngs=rngs)
+        self.token_embed = TokenEmbed(config.vocab_size, d, embedding_init=embedding_init(config.init), rngs=rngs)
         self.position_embed = (nnx.Embed(config.max_positions_used, d, embedding_init=embedding_init(config.init), rngs=rngs)
                                if config.positions == "learned" else None)
         self.drop = dropout(config, rngs)
@@ -259,7 +259,7 @@ class LanguageModel(nnx.Module):
         if self.ln_f is not None:
             x = self.hook_ln_final(self.ln_f(x))
         if self.lm_head is None:
-            return self.hook_logits(jnp.einsum("...D,VD->...V", x, self.token_embed.embedding[...].astype(x.dtype)))
+            return self.hook_logits(self.token_embed.attend(x))
         return self.hook_logits(self.lm_head(x))
 
     def __call__(self, tokens):

@@ -174,7 +174,9 @@ def run(ctx) -> Result:
     heading = (f"ours against transformers on one {p['versus']} GPT-2 ({v['params']:,} parameters), {v['new']} "
                f"greedy tokens, prompts of {PROMPTS[0]} (batch 1) and {', '.join(map(str, PROMPTS))} (batch 4); "
                f"median of {p['rounds']} turns each; floor: the bytes read at {v['bandwidth_gbs']:.1f} GB/s "
-               f"(a compiled sum over 512 MB); bfloat16 weights kept the float32 tokens for "
+               f"(a compiled sum over 512 MB); our Decoders made once, outside the clock (float32 "
+               f"{v['prepare_ms']['float32']:.0f} ms, bfloat16 {v['prepare_ms']['bfloat16']:.0f} ms); bfloat16 weights "
+               f"kept the float32 tokens for "
                f"{v['bf16_same_tokens']} of {v['new']}; torch on {v['torch_threads']} threads")
     return Result(rows=rows, claims=claims(rows) + versus_claims(v), config=dict(p, prompt=PROMPT),
                   tables={"ms per token, median over the steps (a model's new tokens stop at its context)": table,

@@ -160,3 +160,26 @@ def test_a_left_padded_row_takes_its_positions_after_its_padding_and_its_queries
     cache.append(jnp.ones((2, 1, 3, 1)), jnp.ones((2, 1, 3, 1)))
     np.testing.assert_array_equal(cache.slots(1), [3])
     np.testing.assert_array_equal(cache.visible(1)[:, 0], [[1, 1, 1, 1, 0], [0, 0, 1, 1, 0]])
+
+
+def test_one_row_s_cache_is_written_in_place_not_copied_each_token():
+    """The compiled one-token step of a model decoding one text copies no cache: held [1, H, S, D],
+    XLA's CPU backend copied each cache whole several times a token (for a slot's write)."""
+    import re
+
+    from flax import nnx
+
+    from attention_jax.config import ModelConfig
+    from attention_jax.model import LanguageModel
+    model = LanguageModel(ModelConfig(vocab_size=40, context=32, d_model=32, n_layers=2, n_heads=4), rngs=nnx.Rngs(0))
+    model.init_cache(1, 32)
+    graph, state = nnx.split(model)
+
+    def step(state, token):
+        m = nnx.merge(graph, state)
+        return nnx.state(m), m(token)[:, -1].argmax(-1)
+
+    hlo = jax.jit(step, donate_argnums=0).lower(state, jnp.zeros((1, 1), jnp.int32)).compile().as_text()
+    copies = re.findall(r"= f32\[(?:1,)?4,32,8\]\{[\d,]*\} copy\(", hlo)
+    writes = re.findall(r"dynamic-update-slice", hlo)
+    assert writes and not copies, len(copies)

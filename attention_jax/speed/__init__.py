@@ -2,7 +2,8 @@
 
 `swap`: `fast` (put the forms in, and back out) and the twins it puts in; `options`: `Speed`,
 which forms; `forms`: attention's faster forms; `chunked`: the online-softmax attention in
-O(T) memory; `dense`: the dense layer with a hand-written backward. The model as built
+O(T) memory; `dense`: the dense layer with a hand-written backward; `decoding`: the weights
+laid out as decoding reads them (what `generate` swaps in besides). The model as built
 (`attention_jax.model`) is the reference all of them are tested against. The names below
 load on first use, so a `Speed` can be made before JAX is imported.
 """

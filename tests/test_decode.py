@@ -1,0 +1,59 @@
+"""attention_jax.decode: the compiled loops. The cached loop writes the tokens the windows loop writes,
+and keeps the weights as the decoder stores them: no copy of another dtype or layout per call."""
+
+import dataclasses
+import re
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+from flax import nnx
+
+from attention_jax import decode
+from attention_jax.config import ModelConfig
+from attention_jax.generate import Decoder
+from attention_jax.model import LanguageModel
+
+BASE = ModelConfig(vocab_size=101, context=16, d_model=48, n_layers=2, n_heads=4)
+
+
+def model(**change):
+    return LanguageModel(dataclasses.replace(BASE, **change), rngs=nnx.Rngs(0))
+
+
+def test_the_cached_loop_writes_the_windows_loop_s_tokens():
+    decoder = Decoder(model(positions="rope"), weights="bfloat16")
+    prompt = jnp.asarray(np.random.default_rng(0).integers(0, BASE.vocab_size, (2, 5)), jnp.int32)
+    options = dict(n=7, greedy=True, top_k=None)
+    key, one = jax.random.key(0), jnp.float32(1)
+    cached = decode.cached(decoder.graphdef, decoder.state, prompt, jnp.zeros((2,), jnp.int32), key, one, **options)
+    buf = jnp.zeros((2, BASE.context), jnp.int32).at[:, :5].set(prompt)
+    windows = decode.windows(decoder.graphdef, decoder.state, buf, jnp.full((2,), 5, jnp.int32), key, one, **options)
+    assert cached.shape == (2, 12)
+    np.testing.assert_array_equal(cached, windows[:, :12])
+
+
+def _written(hlo: str) -> set[tuple[str, tuple[int, ...]]]:
+    """(dtype, shape) of every matrix a compiled program writes to memory: the results of its top-level
+    instructions (not those inside a fusion, which stay in registers; not views and parameters)."""
+    computations = dict(re.findall(r"\n(%[\w.\-]+) [^\n]*\{\n(.*?)\n\}", "\n" + hlo, re.S))
+    fused = set(re.findall(r"kind=k\w+, calls=(%[\w.\-]+)", hlo))
+    top = [body for name, body in computations.items() if name not in fused] + [hlo[hlo.index("ENTRY"):]]
+    views = ("parameter", "get-tuple-element", "bitcast", "tuple")
+    return {(dtype, tuple(map(int, dims.split(",")))) for body in top
+            for dtype, dims, op in re.findall(r"= (\w+)\[(\d+,\d+)\]\{[\d,]*\} ([\w-]+)\(", body) if op not in views}
+
+
+def test_the_weights_stay_as_stored_inside_the_compiled_decode():
+    """bfloat16, [out, in]: no float32 matrix of a weight's shape and no copy of one laid out [in, out]
+    anywhere in the program. Without the barrier in `decode.cached`, XLA hoists both out of the loop
+    (a float32 token table, the layers copied back to [in, out]), and every token reads them."""
+    decoder = Decoder(model(), weights="bfloat16")
+    prompt = jnp.zeros((1, 5), jnp.int32)
+    hlo = decode.cached.lower(decoder.graphdef, decoder.state, prompt, jnp.zeros((1,), jnp.int32), jax.random.key(0),
+                                   jnp.float32(1), n=4, greedy=True, top_k=None).compile().as_text()
+    stored = {tuple(a.shape) for a in jax.tree.leaves(nnx.state(decoder.state, nnx.Param)) if a.ndim == 2}
+    written = _written(hlo)
+    widened = {shape for dtype, shape in written if dtype == "f32"} & (stored | {s[::-1] for s in stored})
+    relaid = {shape for dtype, shape in written if dtype == "bf16"} & {s[::-1] for s in stored if s[0] != s[1]}
+    assert len(stored) >= 5 and ("f32", (1, 101)) in written and not widened and not relaid, (widened, relaid)

@@ -1,0 +1,87 @@
+"""attention_jax.speed.decoding: the weights laid out as decoding reads them give the model's numbers,
+and bfloat16 weights round the weights alone, never the activations."""
+
+import dataclasses
+import importlib
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+from flax import nnx
+
+from attention_jax.config import ModelConfig
+from attention_jax.inspect import swap
+from attention_jax.layers import Dense
+from attention_jax.model import LanguageModel
+from attention_jax.speed import decoding
+
+from helpers import forward
+
+generation = importlib.import_module("attention_jax.generate")
+BASE = ModelConfig(vocab_size=101, context=16, d_model=48, n_layers=2, n_heads=4)
+
+
+def model(**change):
+    m = LanguageModel(dataclasses.replace(BASE, **change), rngs=nnx.Rngs(0))
+    m.eval()
+    return m
+
+
+@pytest.mark.parametrize("lead", [(1,), (1, 1), (2, 1), (3, 5)])
+def test_float32_weights_give_x_times_w_transposed(lead, rng):
+    x = rng.standard_normal((*lead, 24)).astype(np.float32)
+    w = rng.standard_normal((40, 24)).astype(np.float32)                     # [out, in]
+    np.testing.assert_allclose(decoding.product(jnp.asarray(x), jnp.asarray(w)), x @ w.T, rtol=1e-5, atol=1e-5)
+
+
+@pytest.mark.parametrize("lead", [(1, 1), (2, 1), (4, 1), (3, 5)])
+def test_bfloat16_weights_round_the_weights_and_not_the_activations(lead, rng):
+    """Against float64 arithmetic on the rounded weights and the exact activations: the hi + lo parts
+    keep 16 bits of each activation, so the error is far below rounding the activations to bfloat16."""
+    x = rng.standard_normal((*lead, 64)).astype(np.float32) * 10
+    w = jnp.asarray(rng.standard_normal((96, 64)), jnp.bfloat16)
+    exact = x.astype(np.float64) @ np.asarray(w, np.float64).T
+    got = np.asarray(decoding.product(jnp.asarray(x), w))
+    x_rounded = np.asarray(jnp.asarray(x).astype(jnp.bfloat16), np.float64) @ np.asarray(w, np.float64).T
+    assert got.dtype == np.float32 and got.shape == (*lead, 96)
+    error, rounding_x = np.abs(got - exact).max(), np.abs(x_rounded - exact).max()
+    assert error < rounding_x / 50, (error, rounding_x)
+
+
+def test_float16_weights_are_held_as_float32_with_their_float16_values(rng):
+    layer = Dense(8, 12, bias=True, init="gpt2", rngs=nnx.Rngs(0))
+    layer.kernel[...] = layer.kernel[...].astype(jnp.float16)
+    twin = decoding.DecodingDense(layer)
+    assert twin.weight[...].dtype == jnp.float32 and twin.weight[...].shape == (12, 8)
+    np.testing.assert_array_equal(twin.weight[...], np.asarray(layer.kernel[...], np.float32).T)
+    x = jnp.asarray(rng.standard_normal((2, 8)), jnp.float32)
+    np.testing.assert_allclose(twin(x), x @ layer.kernel[...].astype(jnp.float32) + layer.bias[...], rtol=1e-5)
+
+
+@pytest.mark.parametrize("tie", [True, False])
+def test_the_layout_gives_the_logits_of_the_model_as_built(tie, rng):
+    m = model(tie_embeddings=tie)
+    ids = jnp.asarray(rng.integers(0, BASE.vocab_size, (3, 9)))
+    want = forward(m, ids)
+    parts = decoding.parts(m)
+    assert ("token_embed" in parts) == tie and "blocks.0.mixer.qkv" in parts and ("lm_head" in parts) != tie
+    undo = swap(m, parts)
+    np.testing.assert_allclose(forward(m, ids), want, rtol=1e-5, atol=1e-5)
+    undo()
+    low = generation.rounded(m, "bfloat16")
+    want_low = forward(low, ids)
+    swap(low, decoding.parts(low))
+    assert low.blocks[0].mixer.qkv.weight[...].dtype == jnp.bfloat16
+    np.testing.assert_allclose(forward(low, ids), want_low, rtol=1e-4, atol=1e-4 * float(np.std(want_low)))
+
+
+def test_a_decoder_is_a_snapshot_that_leaves_the_model_alone():
+    m = model()
+    prompt = np.arange(5) % BASE.vocab_size
+    decoder = generation.Decoder(m, weights="bfloat16")
+    before = decoder(prompt, 6, temperature=0)
+    assert m.blocks[0].mixer.qkv.kernel[...].dtype == jnp.float32 and m.blocks[0].mixer.qkv.kernel[...].shape == (48, 144)
+    np.testing.assert_array_equal(before, generation.generate(m, prompt, 6, temperature=0, weights="bfloat16"))
+    m.token_embed.embedding[...] = -m.token_embed.embedding[...]                # the model changes; the decoder does not
+    np.testing.assert_array_equal(decoder(prompt, 6, temperature=0), before)
