@@ -41,14 +41,25 @@ def _is_key(key) -> bool:
                                                                                   and key.shape == (2,))
 
 
-WEIGHTS = ("float32", "bfloat16", "float16")
+WEIGHTS = ("float32", "bfloat16", "float16", "int8")
 
 
 def _stored(state, weights: str):
     """The parameters as decoding reads them: every matrix (the kernels, the token and position tables)
-    rounded to `weights` once, before the first token; vectors (biases, LayerNorms) as they are."""
+    rounded to `weights` once, before the first token; vectors (biases, LayerNorms) as they are.
+    "int8": each matrix's values become those of its int8 form (`speed.decoding.quantized`, a scale per
+    output: a kernel's column, a table's row), held in float32; the decoding layout stores the int8."""
     if weights == "float32":
         return state
+    if weights == "int8":
+        def levels(path, a):
+            if a.ndim != 2 or a.dtype != jnp.float32:
+                return a
+            kernel = "kernel" in [getattr(k, "key", getattr(k, "name", None)) for k in path]
+            q, scale = decoding.quantized(a.T if kernel else a)       # [out, in]: a kernel's outputs are its columns
+            wide = q.astype(jnp.float32) * scale[:, None]
+            return wide.T if kernel else wide
+        return jax.tree_util.tree_map_with_path(levels, state)
     low = jnp.dtype(weights)
     return jax.tree.map(lambda a: a.astype(low) if a.ndim >= 2 and a.dtype == jnp.float32 else a, state)
 
@@ -74,7 +85,7 @@ def _prepared(model, speed, weights):
     model.eval()
     if speed is not None:
         fast(model, speed)
-        swap(model, decoding.parts(model))
+        swap(model, decoding.parts(model, int8=weights == "int8"))
     return nnx.split(model)
 
 
@@ -200,7 +211,8 @@ def generate(model, prompt, n: int, *, key=None, temperature: float = 1.0, top_k
     to decode with (`attention_jax.speed`, and decoding's layout of the weights,
     `speed.decoding`); None: the model as built. `weights`: the dtype the weight matrices are
     read in while decoding ("bfloat16": half the bytes a token reads, each rounded once;
-    activations and sums stay float32); the caller's model is not changed. Each call prepares
+    activations and sums stay float32; "int8": a quarter, 255 levels a row of [out, in] with a
+    float32 scale each, the products summed exactly in int32); the caller's model is not changed. Each call prepares
     the model again; `Decoder(model, ...)` prepares it once for many calls.
     """
     _checked(model.config, prompt, n, key, temperature, top_k, cache)   # before the model is prepared

@@ -175,9 +175,11 @@ def run(ctx) -> Result:
                f"greedy tokens, prompts of {PROMPTS[0]} (batch 1) and {', '.join(map(str, PROMPTS))} (batch 4); "
                f"median of {p['rounds']} turns each; floor: the bytes read at {v['bandwidth_gbs']:.1f} GB/s "
                f"(a compiled sum over 512 MB); our Decoders made once, outside the clock (float32 "
-               f"{v['prepare_ms']['float32']:.0f} ms, bfloat16 {v['prepare_ms']['bfloat16']:.0f} ms); bfloat16 weights "
-               f"kept the float32 tokens for "
-               f"{v['bf16_same_tokens']} of {v['new']}; torch on {v['torch_threads']} threads")
+               f"{v['prepare_ms']['float32']:.0f} ms, bfloat16 {v['prepare_ms']['bfloat16']:.0f}, int8 "
+               f"{v['prepare_ms']['int8']:.0f}); bfloat16 weights kept the float32 greedy tokens for "
+               f"{v['bf16_same_tokens']} of {v['new']}, int8 for {v['int8_same_tokens']} (int8 logits within "
+               f"{v['int8_logit_diff']:.3f} of float32's, {v['int8_logit_diff'] / v['logit_std']:.2f} of their std); "
+               f"torch on {v['torch_threads']} threads")
     return Result(rows=rows, claims=claims(rows) + versus_claims(v), config=dict(p, prompt=PROMPT),
                   tables={"ms per token, median over the steps (a model's new tokens stop at its context)": table,
                           heading: versus_table(v)},

@@ -21,6 +21,8 @@ import numpy as np
 SHAPES = {"tiny": dict(vocab_size=101, n_positions=64, n_embd=32, n_layer=2, n_head=4),
           "gpt2_small": {}}                   # transformers' defaults are GPT-2 small's
 PROMPTS = (16, 9, 12, 5)                      # the batch of four; the batch of one is the first
+WEIGHTS = ("float32", "bfloat16", "int8")     # ours; transformers' at float32
+BYTES = {"float32": 4, "bfloat16": 2, "int8": 1}
 
 
 def bandwidth(megabytes: int = 512, rounds: int = 9) -> float:
@@ -74,7 +76,7 @@ def decoders(model) -> tuple[dict, dict]:
     import jax
     from attention_jax.generate import Decoder
     made, ms = {}, {}
-    for weights in ("float32", "bfloat16"):
+    for weights in WEIGHTS:
         start = time.perf_counter()
         made[weights] = Decoder(model, weights=weights)
         jax.block_until_ready(made[weights].state)
@@ -83,12 +85,12 @@ def decoders(model) -> tuple[dict, dict]:
 
 
 def bytes_a_token(model, batch: int, slots: int, weights: str) -> int:
-    """What one decoding step reads: every parameter (matrices in `weights`) and the whole key/value cache."""
+    """What one decoding step reads: every parameter (matrices in `weights`; int8's scales, 0.3%, left
+    out) and the whole key/value cache."""
     import jax
     from flax import nnx
     leaves = jax.tree.leaves(nnx.state(model, nnx.Param))
-    low = 2 if weights != "float32" else 4
-    params = sum(a.size * (low if a.ndim >= 2 else 4) for a in leaves)
+    params = sum(a.size * (BYTES[weights] if a.ndim >= 2 else 4) for a in leaves)
     cfg = model.config
     return params + 2 * cfg.n_layers * batch * slots * cfg.d_model * 4
 
@@ -103,8 +105,7 @@ def race(shape: str, n: int, rounds: int) -> dict:
     rng = np.random.default_rng(0)
     batches = {1: [rng.integers(0, vocab, PROMPTS[0])]}
     batches[4] = [batches[1][0], *(rng.integers(0, vocab, k) for k in PROMPTS[1:])]
-    settings = [(who, w, b) for b in (1, 4) for who, w in (("ours", "float32"), ("ours", "bfloat16"),
-                                                           ("transformers", "float32"))]
+    settings = [(who, w, b) for b in (1, 4) for who, w in [("ours", w) for w in WEIGHTS] + [("transformers", "float32")]]
     run = lambda who, w, b: ours(decoder[w], batches[b], n) if who == "ours" else theirs(hf, batches[b], n)
     texts = {s: run(*s) for s in settings}                         # the first call of each compiles
     times = {s: [] for s in settings}
@@ -123,7 +124,7 @@ def race(shape: str, n: int, rounds: int) -> dict:
         rows[-1]["of_floor"] = ms / rows[-1]["floor_ms"]
     ids = np.stack([t[:PROMPTS[0] + n] for t in texts[("ours", "float32", 1)]])
     full = lambda m: np.asarray(m(ids))
-    exact, low = full(model), full(rounded(model, "bfloat16"))
+    exact, low, int8 = full(model), full(rounded(model, "bfloat16")), full(rounded(model, "int8"))
     same = lambda a, b: all(np.array_equal(x, y) for x, y in zip(a, b))
     first = lambda a, b: int(np.argmax(np.append(a[0] != b[0], True)))
     alone = [ours(decoder["float32"], [p], n)[0] for p in batches[4]]
@@ -135,4 +136,6 @@ def race(shape: str, n: int, rounds: int) -> dict:
             "transformers_batch_equals_alone": same(texts[("transformers", "float32", 4)],
                                                     [theirs(hf, [p], n)[0] for p in batches[4]]),
             "bf16_same_tokens": first(texts[("ours", "bfloat16", 1)], texts[("ours", "float32", 1)]) - PROMPTS[0],
-            "bf16_logit_diff": float(np.abs(low - exact).max()), "logit_std": float(exact.std())}
+            "bf16_logit_diff": float(np.abs(low - exact).max()), "logit_std": float(exact.std()),
+            "int8_same_tokens": first(texts[("ours", "int8", 1)], texts[("ours", "float32", 1)]) - PROMPTS[0],
+            "int8_logit_diff": float(np.abs(int8 - exact).max())}

@@ -7,6 +7,7 @@ import re
 import jax
 import jax.numpy as jnp
 import numpy as np
+import pytest
 from flax import nnx
 
 from attention_jax import decode
@@ -44,16 +45,17 @@ def _written(hlo: str) -> set[tuple[str, tuple[int, ...]]]:
             for dtype, dims, op in re.findall(r"= (\w+)\[(\d+,\d+)\]\{[\d,]*\} ([\w-]+)\(", body) if op not in views}
 
 
-def test_the_weights_stay_as_stored_inside_the_compiled_decode():
-    """bfloat16, [out, in]: no float32 matrix of a weight's shape and no copy of one laid out [in, out]
+@pytest.mark.parametrize("weights", ["bfloat16", "int8"])
+def test_the_weights_stay_as_stored_inside_the_compiled_decode(weights):
+    """bfloat16 or int8, [out, in]: no float32 matrix of a weight's shape and no copy of one laid out [in, out]
     anywhere in the program. Without the barrier in `decode.cached`, XLA hoists both out of the loop
     (a float32 token table, the layers copied back to [in, out]), and every token reads them."""
-    decoder = Decoder(model(), weights="bfloat16")
+    decoder = Decoder(model(), weights=weights)
     prompt = jnp.zeros((1, 5), jnp.int32)
     hlo = decode.cached.lower(decoder.graphdef, decoder.state, prompt, jnp.zeros((1,), jnp.int32), jax.random.key(0),
                                    jnp.float32(1), n=4, greedy=True, top_k=None).compile().as_text()
     stored = {tuple(a.shape) for a in jax.tree.leaves(nnx.state(decoder.state, nnx.Param)) if a.ndim == 2}
     written = _written(hlo)
     widened = {shape for dtype, shape in written if dtype == "f32"} & (stored | {s[::-1] for s in stored})
-    relaid = {shape for dtype, shape in written if dtype == "bf16"} & {s[::-1] for s in stored if s[0] != s[1]}
+    relaid = {shape for dtype, shape in written if dtype in ("bf16", "s8")} & {s[::-1] for s in stored if s[0] != s[1]}
     assert len(stored) >= 5 and ("f32", (1, 101)) in written and not widened and not relaid, (widened, relaid)

@@ -178,5 +178,5 @@ def test_bfloat16_weights_give_logits_within_five_hundredths_of_a_standard_devia
     assert 0 < np.abs(got - want).max() < 0.05 * want.std()
     text = generate(m, prompts(2), 8, temperature=0, weights="bfloat16")
     assert text.shape == (2, 13)
-    with pytest.raises(ConfigError, match="weights='int8'; choose one of"):
-        generate(m, prompts(2), 8, temperature=0, weights="int8")
+    with pytest.raises(ConfigError, match="weights='int4'; choose one of"):
+        generate(m, prompts(2), 8, temperature=0, weights="int4")

@@ -18,14 +18,14 @@ def test_the_smoke_run_races_transformers_on_the_same_weights(tmp_path):
     assert v["tokens_equal"] == {"1": True, "4": True} and v["batch_equals_alone"]
     assert v["transformers_batch_equals_alone"] and v["bf16_same_tokens"] <= v["new"]
     settings = {(r["who"], r["weights"], r["batch"]) for r in v["rows"]}
-    assert settings == {(w, d, b) for b in (1, 4) for w, d in (("ours", "float32"), ("ours", "bfloat16"),
+    assert settings == {(w, d, b) for b in (1, 4) for w, d in (("ours", "float32"), ("ours", "bfloat16"), ("ours", "int8"),
                                                                 ("transformers", "float32"))}
     for r in v["rows"]:    # the floor is the bytes over the bandwidth measured in the run
         assert np.isclose(r["floor_ms"], r["mb"] * 2**20 / (v["bandwidth_gbs"] * 1e9) * 1e3)
         assert r["of_floor"] > 1 and r["ms"] > 0
-    low = [r for r in v["rows"] if r["weights"] == "bfloat16"]
-    high = [r for r in v["rows"] if r["weights"] == "float32" and r["who"] == "ours"]
-    assert all(a["mb"] < b["mb"] for a, b in zip(low, high))            # half the bytes for the matrices
+    mb = {(r["weights"], r["batch"]): r["mb"] for r in v["rows"] if r["who"] == "ours"}
+    assert all(mb[("int8", b)] < mb[("bfloat16", b)] < mb[("float32", b)] for b in (1, 4))   # fewer bytes a matrix
+    assert v["int8_same_tokens"] <= v["new"] and 0 < v["int8_logit_diff"] < v["logit_std"]
     claims = [c["claim"] for c in results["claims"]]
     assert any("transformers' on the same weights" in c for c in claims) and len(claims) == 6
     assert "ours against transformers" in (tmp_path / "generation" / "table.md").read_text()

@@ -85,3 +85,40 @@ def test_a_decoder_is_a_snapshot_that_leaves_the_model_alone():
     np.testing.assert_array_equal(before, generation.generate(m, prompt, 6, temperature=0, weights="bfloat16"))
     m.token_embed.embedding[...] = -m.token_embed.embedding[...]                # the model changes; the decoder does not
     np.testing.assert_array_equal(decoder(prompt, 6, temperature=0), before)
+
+
+def test_int8_levels_give_back_the_matrix_to_half_a_step_of_each_row(rng):
+    w = rng.standard_normal((7, 16)).astype(np.float32) * np.arange(1, 8)[:, None]
+    w[3] = 0                                                                     # a row of zeros: scale 1, levels 0
+    q, scale = decoding.quantized(jnp.asarray(w))
+    assert q.dtype == jnp.int8 and scale.shape == (7,) and int(jnp.abs(q).max()) == 127
+    wide = np.asarray(q, np.float32) * np.asarray(scale)[:, None]
+    assert np.all(np.abs(wide - w) <= np.asarray(scale)[:, None] / 2 + 1e-7) and not wide[3].any()
+    np.testing.assert_array_equal(decoding.quantized(jnp.asarray(wide))[0], q)  # levels of levels: the same
+
+
+@pytest.mark.parametrize("lead", [(1, 1), (3, 5)])
+def test_int8_weights_round_the_weights_and_not_the_activations(lead, rng):
+    """Two int8 parts of one scale a row keep ~15 bits of each activation: against float64 on the
+    dequantized weights, the error is far below rounding the activations to one int8 part."""
+    x = rng.standard_normal((*lead, 64)).astype(np.float32) * 10
+    q, scale = decoding.quantized(jnp.asarray(rng.standard_normal((96, 64)), jnp.float32))
+    wide = np.asarray(q, np.float64) * np.asarray(scale, np.float64)[:, None]
+    exact = x.astype(np.float64) @ wide.T
+    got = np.asarray(decoding.product(jnp.asarray(x), q, scale))
+    a = np.abs(x).max(-1, keepdims=True) / 127
+    one_part = (np.round(x / a) * a) @ wide.T
+    error, rounding_x = np.abs(got - exact).max(), np.abs(one_part - exact).max()
+    assert got.dtype == np.float32 and error < rounding_x / 50, (error, rounding_x)
+
+
+def test_int8_decoding_gives_the_logits_of_its_rounded_model(rng):
+    m = model(tie_embeddings=True)
+    ids = jnp.asarray(rng.integers(0, BASE.vocab_size, (2, 9)))
+    exact, low = forward(m, ids), generation.rounded(m, "int8")
+    want = forward(low, ids)
+    assert 0 < np.abs(want - exact).max() < 0.25 * exact.std()                  # the weights' rounding, stated
+    swap(low, decoding.parts(low, int8=True))
+    assert low.blocks[0].mixer.qkv.weight[...].dtype == jnp.int8 and low.token_embed.embedding[...].dtype == jnp.int8
+    np.testing.assert_allclose(forward(low, ids), want, rtol=0, atol=1e-3 * float(np.std(want)))
+    np.testing.assert_allclose(low.token_embed(ids), generation.rounded(m, "int8").token_embed(ids), rtol=1e-6)

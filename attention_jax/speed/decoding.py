@@ -12,6 +12,11 @@ values still float16's: two float16 parts would overflow past 65504, and convert
 token costs more than reading float32. The output layer tied to the token table reads it as
 it is, already [out, in] = [V, D].
 
+Int8 weights (`quantized`: a scale per output, each row of [out, in] rounded to 255 levels) go to
+XLA's int8 kernel, which reads int8 against int8: the activations go in as two int8 parts of
+one scale a row (x ≈ a·(x1 + x2/254), 15 bits), the products sum exactly in int32, and only
+the weights are rounded; a quarter of float32's bytes.
+
 The twins hold the layer's matrix transposed (and its bias): `generate.Decoder` makes them
 once. They compute no gradient: decoding only.
 """
@@ -25,8 +30,32 @@ from attention_jax import functional as F
 from attention_jax.layers import Dense, TokenEmbed
 
 
-def product(x, weight) -> jax.Array:
-    """x [..., in] · weightᵀ ([out, in]) -> [..., out], summed in float32 (x's dtype out)."""
+@jax.jit
+def quantized(matrix) -> tuple[jax.Array, jax.Array]:
+    """[out, in] -> (int8 levels [out, in], float32 scale [out]): each row over its largest magnitude."""
+    scale = jnp.max(jnp.abs(matrix), axis=1) / 127
+    scale = jnp.where(scale > 0, scale, 1.0)
+    return jnp.round(matrix / scale[:, None]).astype(jnp.int8), scale.astype(jnp.float32)
+
+
+def _int8_product(x, weight, scale):
+    """x [..., in] · (weight·scale)ᵀ, x in two int8 parts of one scale per row, summed in int32."""
+    a = jnp.max(jnp.abs(x), axis=-1, keepdims=True) / 127
+    a = jnp.where(a > 0, a, 1.0)
+    x1 = jnp.round(x / a)
+    x2 = jnp.round((x / a - x1) * 254)                  # the remainder, |r| <= 1/2, on 254ths
+    parts = [x1.astype(jnp.int8), x2.astype(jnp.int8)]
+    parts += [jnp.zeros_like(parts[0])] * (2 if x.size == x.shape[-1] else 0)
+    y = jax.lax.dot_general(jnp.stack(parts), weight, (((x.ndim,), (1,)), ((), ())),
+                            preferred_element_type=jnp.int32).astype(jnp.float32)
+    return (a * (y[0] + y[1] / 254) * scale).astype(x.dtype)
+
+
+def product(x, weight, scale=None) -> jax.Array:
+    """x [..., in] · weightᵀ ([out, in]; int8 levels times `scale` [out]) -> [..., out], summed in
+    float32 (x's dtype out)."""
+    if weight.dtype == jnp.int8:
+        return _int8_product(x.astype(jnp.float32), weight, scale).astype(x.dtype)
     contract = (((x.ndim - 1,), (1,)), ((), ()))
     if x.dtype in (jnp.bfloat16, jnp.float16):      # a low-precision stream: its own dtype, summed in float32
         return jax.lax.dot_general(x, weight.astype(x.dtype), contract,
@@ -47,39 +76,48 @@ def _held(matrix):
 
 
 class DecodingDense(nnx.Module):
-    """A `Dense` as decoding reads it: its kernel transposed to [out, in], in its stored dtype."""
+    """A `Dense` as decoding reads it: its kernel transposed to [out, in], in its stored dtype (or
+    int8 levels and a scale per output)."""
 
-    def __init__(self, layer: Dense):
-        self.weight = nnx.Param(_held(layer.kernel[...].T))
+    def __init__(self, layer: Dense, *, int8: bool = False):
+        weight = _held(layer.kernel[...].T)
+        self.weight, self.scale = (nnx.Param(a) for a in quantized(weight)) if int8 else (nnx.Param(weight), None)
         self.bias, self.dtype = layer.bias, layer.dtype
 
     def __call__(self, x):
         x = F.floating(x if self.dtype is None else x.astype(self.dtype))
-        y = product(x, self.weight[...])
+        y = product(x, self.weight[...], None if self.scale is None else self.scale[...])
         return y if self.bias is None else y + self.bias[...].astype(y.dtype)
 
 
 class DecodingEmbed(TokenEmbed):
-    """The token table, the tied output layer reading it by `product`."""
+    """The token table, the tied output layer reading it by `product` (int8: each row's levels and scale)."""
 
-    def __init__(self, table: TokenEmbed):
+    def __init__(self, table: TokenEmbed, *, int8: bool = False):
         for name, value in vars(table).items():
             if not name.startswith("_"):             # the parameter and Embed's settings; nnx keeps its own state
                 setattr(self, name, value)
-        self.embedding = nnx.Param(_held(table.embedding[...]))
+        matrix = _held(table.embedding[...])
+        self.embedding, self.scale = (nnx.Param(a) for a in quantized(matrix)) if int8 else \
+            (nnx.Param(matrix), None)
+
+    def __call__(self, tokens):
+        if self.scale is None:
+            return super().__call__(tokens)
+        return jnp.take(self.embedding[...], tokens, axis=0).astype(jnp.float32) * self.scale[...][tokens][..., None]
 
     def attend(self, x):
-        return product(x, self.embedding[...])
+        return product(x, self.embedding[...], None if self.scale is None else self.scale[...])
 
 
-def parts(model) -> dict:
+def parts(model, *, int8: bool = False) -> dict:
     """path -> twin: every dense layer (as built or swapped, unless it rounds its own operands) and
-    the token table, when the output layer reads it."""
+    the token table, when the output layer reads it; `int8`: their matrices as int8 levels."""
     swaps = {}
     for path, m in nnx.iter_modules(model):
         name = ".".join(map(str, path))
         if isinstance(m, Dense) and getattr(m, "matmul_dtype", None) is None:
-            swaps[name] = DecodingDense(m)
+            swaps[name] = DecodingDense(m, int8=int8)
         elif type(m) is TokenEmbed and name == "token_embed" and getattr(model, "lm_head", 0) is None:
-            swaps[name] = DecodingEmbed(m)
+            swaps[name] = DecodingEmbed(m, int8=int8)
     return swaps
