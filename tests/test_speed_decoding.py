@@ -3,6 +3,7 @@ and bfloat16 weights round the weights alone, never the activations."""
 
 import dataclasses
 import importlib
+import re
 
 import jax
 import jax.numpy as jnp
@@ -122,3 +123,16 @@ def test_int8_decoding_gives_the_logits_of_its_rounded_model(rng):
     assert low.blocks[0].mixer.qkv.weight[...].dtype == jnp.int8 and low.token_embed.embedding[...].dtype == jnp.int8
     np.testing.assert_allclose(forward(low, ids), want, rtol=0, atol=1e-3 * float(np.std(want)))
     np.testing.assert_allclose(low.token_embed(ids), generation.rounded(m, "int8").token_embed(ids), rtol=1e-6)
+
+
+@pytest.mark.parametrize("weights, lead, rows", [("bfloat16", (1, 1), 4), ("bfloat16", (3, 5), 30),
+                                                 ("int8", (1, 1), 4), ("float32", (3, 5), 15)])
+def test_the_compiled_product_takes_the_weight_as_its_left_operand(weights, lead, rows, rng):
+    """[out, rows] out of the dot, the weight streamed as its left operand: without the barrier in
+    `_streamed`, XLA folds the transpose into the dot and swaps its operands back ([rows, out])."""
+    w = jnp.asarray(rng.standard_normal((40, 24)), jnp.float32)
+    w, scale = decoding.quantized(w) if weights == "int8" else (w.astype(weights), None)
+    x = jnp.zeros((*lead, 24), jnp.float32)
+    hlo = jax.jit(decoding.product).lower(x, w, scale).compile().as_text()
+    out = {tuple(map(int, d.split(","))) for d in re.findall(r"= \w+\[(\d+,\d+)\]\{[\d,]*\} dot\(", hlo)}
+    assert out == {(40, rows)}, out

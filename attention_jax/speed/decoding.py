@@ -5,12 +5,14 @@ weights' bytes over the memory's bandwidth, if the product streams them. With bf
 weights and float32 activations the product goes to a bfloat16 kernel (on a CPU XLA's
 YNNPACK fusion; else a float32 product would read a float32 copy of every matrix, made
 each token): the activations go in as two bfloat16 parts, hi + lo (16 bits of mantissa), so
-only the weights are rounded, and each weight is still read once. On XLA's CPU backend that
-kernel streams an [out, in] matrix faster than [in, out], and 4 rows faster than 2 (so one
-row's two parts are padded to 4). Float16 weights are widened back to float32 once, their
-values still float16's: two float16 parts would overflow past 65504, and converting every
-token costs more than reading float32. The output layer tied to the token table reads it as
-it is, already [out, in] = [V, D].
+only the weights are rounded, and each weight is still read once. XLA's CPU kernels stream
+an [out, in] matrix faster as the product's left operand (the activations on the right) than
+as its right one, and far faster than [in, out]; one row's two parts are padded to 4, a little
+faster than 2. Float32 activations take that form from two rows up; one row stays a plain
+matrix-vector product, which XLA streams already. Float16 weights are widened back to float32
+once, their values still float16's: two float16 parts would overflow past 65504, and
+converting every token costs more than reading float32. The output layer tied to the token
+table reads it as it is, already [out, in] = [V, D].
 
 Int8 weights (`quantized`: a scale per output, each row of [out, in] rounded to 255 levels) go to
 XLA's int8 kernel, which reads int8 against int8: the activations go in as two int8 parts of
@@ -38,6 +40,15 @@ def quantized(matrix) -> tuple[jax.Array, jax.Array]:
     return jnp.round(matrix / scale[:, None]).astype(jnp.int8), scale.astype(jnp.float32)
 
 
+def _streamed(weight, parts, accumulate):
+    """weight [out, in] · each of `parts` [..., in] -> [len(parts), ..., out], summed in `accumulate`: the
+    weight as the product's left operand, which XLA's CPU kernels stream faster than as the right one.
+    A barrier keeps the result's transpose apart, else XLA folds it back into the product, swapping them."""
+    rows = jnp.stack(parts).reshape(-1, parts[0].shape[-1])
+    y = jax.lax.dot_general(weight, rows, (((1,), (1,)), ((), ())), preferred_element_type=accumulate)
+    return jax.lax.optimization_barrier(y).T.reshape(len(parts), *parts[0].shape[:-1], -1)
+
+
 def _int8_product(x, weight, scale):
     """x [..., in] · (weight·scale)ᵀ, x in two int8 parts of one scale per row, summed in int32."""
     a = jnp.max(jnp.abs(x), axis=-1, keepdims=True) / 127
@@ -46,8 +57,7 @@ def _int8_product(x, weight, scale):
     x2 = jnp.round((x / a - x1) * 254)                  # the remainder, |r| <= 1/2, on 254ths
     parts = [x1.astype(jnp.int8), x2.astype(jnp.int8)]
     parts += [jnp.zeros_like(parts[0])] * (2 if x.size == x.shape[-1] else 0)
-    y = jax.lax.dot_general(jnp.stack(parts), weight, (((x.ndim,), (1,)), ((), ())),
-                            preferred_element_type=jnp.int32).astype(jnp.float32)
+    y = _streamed(weight, parts, jnp.int32).astype(jnp.float32)
     return (a * (y[0] + y[1] / 254) * scale).astype(x.dtype)
 
 
@@ -61,12 +71,13 @@ def product(x, weight, scale=None) -> jax.Array:
         return jax.lax.dot_general(x, weight.astype(x.dtype), contract,
                                    preferred_element_type=jnp.float32).astype(x.dtype)
     if weight.dtype != jnp.bfloat16:
-        return jax.lax.dot_general(x, weight.astype(x.dtype), contract)
+        if x.size == x.shape[-1]:
+            return jax.lax.dot_general(x, weight.astype(x.dtype), contract)
+        return _streamed(weight.astype(x.dtype), [x], x.dtype)[0]
     hi = x.astype(weight.dtype)
     lo = (x - hi.astype(x.dtype)).astype(weight.dtype)
     parts = [hi, lo] + [jnp.zeros_like(hi)] * (2 if x.size == x.shape[-1] else 0)
-    y = jax.lax.dot_general(jnp.stack(parts), weight, (((x.ndim,), (1,)), ((), ())),
-                            preferred_element_type=jnp.float32)
+    y = _streamed(weight, parts, jnp.float32)
     return (y[0] + y[1]).astype(x.dtype)
 
 
