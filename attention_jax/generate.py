@@ -212,8 +212,8 @@ def generate(model, prompt, n: int, *, key=None, temperature: float = 1.0, top_k
     `speed.decoding`); None: the model as built. `weights`: the dtype the weight matrices are
     read in while decoding ("bfloat16": half the bytes a token reads, each rounded once;
     activations and sums stay float32; "int8": a quarter, 255 levels a row of [out, in] with a
-    float32 scale each, the products summed exactly in int32); the caller's model is not changed. Each call prepares
-    the model again; `Decoder(model, ...)` prepares it once for many calls.
+    float32 scale each; `speed.decoding` says how each is read); the caller's model is not changed.
+    Each call prepares the model again; `Decoder(model, ...)` prepares it once for many calls.
     """
     _checked(model.config, prompt, n, key, temperature, top_k, cache)   # before the model is prepared
     return Decoder(model, speed=speed, weights=weights)(prompt, n, key=key, temperature=temperature, top_k=top_k,

@@ -125,9 +125,9 @@ def test_int8_decoding_gives_the_logits_of_its_rounded_model(rng):
     np.testing.assert_allclose(low.token_embed(ids), generation.rounded(m, "int8").token_embed(ids), rtol=1e-6)
 
 
-@pytest.mark.parametrize("weights, lead, rows", [("bfloat16", (1, 1), 4), ("bfloat16", (3, 5), 30),
-                                                 ("int8", (1, 1), 4), ("float32", (3, 5), 15)])
-def test_the_compiled_product_takes_the_weight_as_its_left_operand(weights, lead, rows, rng):
+@pytest.mark.parametrize("weights, lead, rows", [("bfloat16", (2, 1), 4), ("bfloat16", (3, 5), 30),
+                                                 ("int8", (2, 1), 4), ("float32", (3, 5), 15)])
+def test_the_compiled_product_of_rows_takes_the_weight_as_its_left_operand(weights, lead, rows, rng):
     """[out, rows] out of the dot, the weight streamed as its left operand: without the barrier in
     `_streamed`, XLA folds the transpose into the dot and swaps its operands back ([rows, out])."""
     w = jnp.asarray(rng.standard_normal((40, 24)), jnp.float32)
@@ -136,3 +136,30 @@ def test_the_compiled_product_takes_the_weight_as_its_left_operand(weights, lead
     hlo = jax.jit(decoding.product).lower(x, w, scale).compile().as_text()
     out = {tuple(map(int, d.split(","))) for d in re.findall(r"= \w+\[(\d+,\d+)\]\{[\d,]*\} dot\(", hlo)}
     assert out == {(40, rows)}, out
+
+
+def _fused_ops(hlo: str) -> list[set[str]]:
+    """The ops of each fused computation of a compiled program that holds a dot."""
+    bodies = re.findall(r"\n%[\w.\-]+ [^\n]*\{\n(.*?)\n\}", "\n" + hlo, re.S)
+    ops = [set(re.findall(r"= \w+\[[\d,]*\]\{?[\d,]*\}? ([\w-]+)\(", body)) for body in bodies]
+    return [o for o in ops if "dot" in o]
+
+
+@pytest.mark.skipif(jax.default_backend() != "cpu", reason="the one-row form is XLA's CPU loop")
+@pytest.mark.parametrize("weights", ["float32", "bfloat16", "int8"])
+def test_one_row_reads_the_weight_in_one_loop_that_computes_nothing_else(weights, rng):
+    """A row made by other ops (a GELU), a bias added after: the product is one fused loop of the stored
+    weight, widened as it is read, and the row as it was written. Without the gather in
+    `_widened_row`, the GELU is fused into the loop and redone for every row of the weight; without
+    the reduce_precision, the bias pulls the product into a kernel fed a float32 copy of the weight."""
+    w = jnp.asarray(rng.standard_normal((40, 24)), jnp.float32)
+    w, scale = decoding.quantized(w) if weights == "int8" else (w.astype(weights), None)
+    x, b = jnp.zeros((1, 1, 24), jnp.float32), jnp.ones((40,), jnp.float32)
+    step = jax.jit(lambda x, w, scale, b: decoding.product(jax.nn.gelu(x * 3 + 1), w, scale) + b)
+    hlo = step.lower(x, w, scale, b).compile().as_text()
+    (loop,) = _fused_ops(hlo)
+    assert loop <= {"parameter", "bitcast", "convert", "transpose", "copy", "dot"}, loop
+    written = re.findall(r"= f32\[(?:40,24|24,40)\]\{[\d,]*\} ([\w-]+)\(", hlo[hlo.index("ENTRY"):])
+    assert set(written) <= {"parameter"}, written                  # no float32 copy of the weight
+    got = step(jnp.asarray(rng.standard_normal((1, 1, 24)), jnp.float32), w, scale, b)
+    assert got.shape == (1, 1, 40) and bool(jnp.isfinite(got).all())

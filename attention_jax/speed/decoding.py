@@ -1,23 +1,23 @@
 """Decoding's layout: every weight matrix read as [out, in], in the dtype it is stored in.
 
 A decoded token reads every weight once for a few rows of activations, so its time is the
-weights' bytes over the memory's bandwidth, if the product streams them. With bfloat16
-weights and float32 activations the product goes to a bfloat16 kernel (on a CPU XLA's
-YNNPACK fusion; else a float32 product would read a float32 copy of every matrix, made
-each token): the activations go in as two bfloat16 parts, hi + lo (16 bits of mantissa), so
-only the weights are rounded, and each weight is still read once. XLA's CPU kernels stream
-an [out, in] matrix faster as the product's left operand (the activations on the right) than
-as its right one, and far faster than [in, out]; one row's two parts are padded to 4, a little
-faster than 2. Float32 activations take that form from two rows up; one row stays a plain
-matrix-vector product, which XLA streams already. Float16 weights are widened back to float32
-once, their values still float16's: two float16 parts would overflow past 65504, and
-converting every token costs more than reading float32. The output layer tied to the token
-table reads it as it is, already [out, in] = [V, D].
+weights' bytes over the memory's bandwidth, if the product streams them.
 
-Int8 weights (`quantized`: a scale per output, each row of [out, in] rounded to 255 levels) go to
-XLA's int8 kernel, which reads int8 against int8: the activations go in as two int8 parts of
-one scale a row (x ≈ a·(x1 + x2/254), 15 bits), the products sum exactly in int32, and only
-the weights are rounded; a quarter of float32's bytes.
+One row of float32 activations on a CPU (batch 1, the common case) goes to `_widened_row`:
+the row times the transposed weight, widened to float32 inside the product. XLA's CPU backend
+compiles that into one loop over the weight's rows, split over the cores, that widens each
+element as it reads it: bfloat16 and int8 weights are read once in their own bytes, and the
+sums are float32's, so only the weights are rounded.
+
+Several rows (a batch, a prompt) go to XLA's matrix kernels (YNNPACK on a CPU), as do other
+backends. With bfloat16 weights the activations go in as two bfloat16 parts, hi + lo (16 bits
+of mantissa), so only the weights are rounded and each is still read once; an [out, in]
+matrix streams faster as the product's left operand than as its right one. Int8 weights
+(`quantized`: a scale per output, each row of [out, in] rounded to 255 levels) go to XLA's
+int8 kernel: the activations as two int8 parts of one scale a row (x ≈ a·(x1 + x2/254), 15
+bits), the products summed exactly in int32. Float16 weights are widened back to float32
+once, their values still float16's: two float16 parts would overflow past 65504. The output
+layer tied to the token table reads it as it is, already [out, in] = [V, D].
 
 The twins hold the layer's matrix transposed (and its bias): `generate.Decoder` makes them
 once. They compute no gradient: decoding only.
@@ -55,15 +55,27 @@ def _int8_product(x, weight, scale):
     a = jnp.where(a > 0, a, 1.0)
     x1 = jnp.round(x / a)
     x2 = jnp.round((x / a - x1) * 254)                  # the remainder, |r| <= 1/2, on 254ths
-    parts = [x1.astype(jnp.int8), x2.astype(jnp.int8)]
-    parts += [jnp.zeros_like(parts[0])] * (2 if x.size == x.shape[-1] else 0)
-    y = _streamed(weight, parts, jnp.int32).astype(jnp.float32)
+    y = _streamed(weight, [x1.astype(jnp.int8), x2.astype(jnp.int8)], jnp.int32).astype(jnp.float32)
     return (a * (y[0] + y[1] / 254) * scale).astype(x.dtype)
+
+
+def _widened_row(x, weight, scale):
+    """One row x [..., in] (float32, one row in all) · weightᵀ, the weight widened to float32 inside
+    the product, then times `scale` (int8). Two fences keep XLA's loop a plain stream of the weight:
+    the row is gathered, else the ops that made it are fused into the loop and redone for every
+    row of the weight; the result passes a reduce_precision that changes no float32, else a bias
+    added to it pulls the product into a kernel that copies the weight transposed first."""
+    row = x.reshape(-1).at[jnp.arange(x.size)].get(mode="promise_in_bounds", indices_are_sorted=True,
+                                                   unique_indices=True)
+    y = jax.lax.reduce_precision(row @ weight.astype(jnp.float32).T, exponent_bits=8, mantissa_bits=23)
+    return (y if scale is None else y * scale).reshape(*x.shape[:-1], -1)
 
 
 def product(x, weight, scale=None) -> jax.Array:
     """x [..., in] · weightᵀ ([out, in]; int8 levels times `scale` [out]) -> [..., out], summed in
     float32 (x's dtype out)."""
+    if x.size == x.shape[-1] and x.dtype == jnp.float32 and jax.default_backend() == "cpu":
+        return _widened_row(x, weight, scale)
     if weight.dtype == jnp.int8:
         return _int8_product(x.astype(jnp.float32), weight, scale).astype(x.dtype)
     contract = (((x.ndim - 1,), (1,)), ((), ()))
@@ -75,9 +87,7 @@ def product(x, weight, scale=None) -> jax.Array:
             return jax.lax.dot_general(x, weight.astype(x.dtype), contract)
         return _streamed(weight.astype(x.dtype), [x], x.dtype)[0]
     hi = x.astype(weight.dtype)
-    lo = (x - hi.astype(x.dtype)).astype(weight.dtype)
-    parts = [hi, lo] + [jnp.zeros_like(hi)] * (2 if x.size == x.shape[-1] else 0)
-    y = _streamed(weight, parts, jnp.float32)
+    y = _streamed(weight, [hi, (x - hi.astype(x.dtype)).astype(weight.dtype)], jnp.float32)
     return (y[0] + y[1]).astype(x.dtype)
 
 
