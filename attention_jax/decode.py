@@ -14,12 +14,20 @@ import jax.numpy as jnp
 from flax import nnx
 
 
+def _argmax(logits) -> jax.Array:
+    """jnp.argmax of [V] logits (the first largest; the first NaN if any) in two plain reductions: XLA's
+    CPU backend runs argmax's one reduction over (value, index) pairs at a third of their speed."""
+    top = jnp.max(logits)
+    hit = (logits == top) | jnp.isnan(logits)
+    return jnp.min(jnp.where(hit, jnp.arange(logits.shape[-1], dtype=jnp.int32), logits.shape[-1]))
+
+
 def next_token(logits, key, temperature, *, greedy: bool = False, top_k: int | None = None) -> jax.Array:
     """One id drawn from softmax(logits / temperature) over [V] logits, among the `top_k` most likely
     when given (ties at the k-th value kept); `greedy`: the argmax, no key used."""
     logits = logits.astype(jnp.float32)
     if greedy:
-        return jnp.argmax(logits).astype(jnp.int32)
+        return _argmax(logits)
     if top_k is not None:
         kth = jax.lax.top_k(logits, top_k)[0][-1]
         logits = jnp.where(logits < kth, -jnp.inf, logits)

@@ -59,3 +59,18 @@ def test_the_weights_stay_as_stored_inside_the_compiled_decode(weights):
     widened = {shape for dtype, shape in written if dtype == "f32"} & (stored | {s[::-1] for s in stored})
     relaid = {shape for dtype, shape in written if dtype in ("bf16", "s8")} & {s[::-1] for s in stored if s[0] != s[1]}
     assert len(stored) >= 5 and ("f32", (1, 101)) in written and not widened and not relaid, (widened, relaid)
+
+
+@pytest.mark.parametrize("case", ["random", "ties", "nan", "all -inf", "+inf"])
+def test_greedy_is_argmax_first_of_the_largest_and_first_nan(case):
+    logits = np.random.default_rng(0).standard_normal(50).astype(np.float32)
+    if case == "ties":
+        logits[[7, 19, 33]] = logits.max() + 1
+    elif case == "nan":
+        logits[[11, 40]] = np.nan
+    elif case == "all -inf":
+        logits[:] = -np.inf
+    elif case == "+inf":
+        logits[[3, 9]] = np.inf
+    got = decode.next_token(jnp.asarray(logits), None, 1.0, greedy=True)
+    assert got.dtype == jnp.int32 and int(got) == int(jnp.argmax(jnp.asarray(logits)))
