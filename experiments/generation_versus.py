@@ -8,7 +8,7 @@ times each, and the medians of milliseconds a token (a call's wall time over its
 prefill included) are reported; making each `Decoder` (rounding and laying out the weights) is
 timed apart, as loading transformers' model is not timed.
 Decoding reads every weight once a token, so the floor is the bytes read (the weights, and the
-key/value cache) over the bandwidth a large reduction reaches on this machine (`bandwidth`).
+key/value cache) over the fastest of three reads of a large array on this machine (`bandwidth`).
 """
 from __future__ import annotations
 
@@ -25,18 +25,28 @@ WEIGHTS = ("float32", "bfloat16", "int8")     # ours; transformers' at float32
 BYTES = {"float32": 4, "bfloat16": 2, "int8": 1}
 
 
-def bandwidth(megabytes: int = 512, rounds: int = 9) -> float:
-    """GB/s of a compiled sum over a float32 array of `megabytes` (read once, nothing written): the median."""
+def bandwidth(megabytes: int = 512, rounds: int = 9) -> dict[str, float]:
+    """GB/s of three compiled reads of one float32 array of `megabytes`, each the median of `rounds`: its
+    sum, its row sums, and one row times it as a [rows, 1024] matrix (decoding's own product,
+    `speed.decoding.product`). A kernel can read memory slower than the machine allows (a reduction
+    on one core), so the floor takes the fastest of the three."""
     import jax
     import jax.numpy as jnp
-    a = jnp.ones((megabytes * 2**20 // 4,), jnp.float32)
-    total = jax.jit(jnp.sum).lower(a).compile()
-    times = []
-    for _ in range(rounds):
-        start = time.perf_counter()
-        jax.block_until_ready(total(a))
-        times.append(time.perf_counter() - start)
-    return a.nbytes / float(np.median(times)) / 1e9
+    from attention_jax.speed.decoding import product
+    a = jnp.ones((megabytes * 2**20 // 4 // 1024, 1024), jnp.float32)
+    row = jnp.ones((1, 1024), jnp.float32)
+    reads = {"sum": (jnp.sum, a), "row sums": (lambda m: m.sum(axis=1), a), "row times matrix": (product, row, a)}
+    rates = {}
+    for name, (fn, *args) in reads.items():
+        compiled = jax.jit(fn).lower(*args).compile()
+        jax.block_until_ready(compiled(*args))
+        times = []
+        for _ in range(rounds):
+            start = time.perf_counter()
+            jax.block_until_ready(compiled(*args))
+            times.append(time.perf_counter() - start)
+        rates[name] = a.nbytes / float(np.median(times)) / 1e9
+    return rates
 
 
 def models(shape: str):
@@ -114,7 +124,8 @@ def race(shape: str, n: int, rounds: int) -> dict:
             start = time.perf_counter()
             run(*s)
             times[s].append(1e3 * (time.perf_counter() - start) / n)
-    gbs = bandwidth()
+    probes = bandwidth()
+    gbs = max(probes.values())
     rows = []
     for who, w, b in settings:
         need = bytes_a_token(model, b, max(PROMPTS[:b]) + n - 1, w)
@@ -129,6 +140,7 @@ def race(shape: str, n: int, rounds: int) -> dict:
     first = lambda a, b: int(np.argmax(np.append(a[0] != b[0], True)))
     alone = [ours(decoder["float32"], [p], n)[0] for p in batches[4]]
     return {"shape": shape, "params": sum(p.numel() for p in hf.parameters()), "new": n, "bandwidth_gbs": gbs,
+            "bandwidth_probes": probes,
             "torch_threads": torch.get_num_threads(), "rows": rows, "prepare_ms": prepare_ms,
             "tokens_equal": {b: same(texts[("ours", "float32", b)], texts[("transformers", "float32", b)])
                              for b in (1, 4)},

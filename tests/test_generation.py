@@ -20,6 +20,7 @@ def test_the_smoke_run_races_transformers_on_the_same_weights(tmp_path):
     settings = {(r["who"], r["weights"], r["batch"]) for r in v["rows"]}
     assert settings == {(w, d, b) for b in (1, 4) for w, d in (("ours", "float32"), ("ours", "bfloat16"), ("ours", "int8"),
                                                                 ("transformers", "float32"))}
+    assert v["bandwidth_gbs"] == max(v["bandwidth_probes"].values())     # the fastest read is the floor
     for r in v["rows"]:    # the floor is the bytes over the bandwidth measured in the run
         assert np.isclose(r["floor_ms"], r["mb"] * 2**20 / (v["bandwidth_gbs"] * 1e9) * 1e3)
         assert r["of_floor"] > 1 and r["ms"] > 0
@@ -31,5 +32,7 @@ def test_the_smoke_run_races_transformers_on_the_same_weights(tmp_path):
     assert "ours against transformers" in (tmp_path / "generation" / "table.md").read_text()
 
 
-def test_the_bandwidth_is_a_plausible_number():
-    assert 0.1 < generation_versus.bandwidth(megabytes=64, rounds=3) < 10_000
+def test_the_bandwidth_probes_are_plausible_numbers():
+    rates = generation_versus.bandwidth(megabytes=64, rounds=3)
+    assert set(rates) == {"sum", "row sums", "row times matrix"}
+    assert all(0.1 < gbs < 10_000 for gbs in rates.values()), rates
