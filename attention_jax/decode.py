@@ -16,7 +16,7 @@ from flax import nnx
 
 def _argmax(logits) -> jax.Array:
     """jnp.argmax of [V] logits (the first largest; the first NaN if any) in two plain reductions: XLA's
-    CPU backend runs argmax's one reduction over (value, index) pairs at a third of their speed."""
+    CPU backend takes about 2.5x their time for argmax's one reduction over (value, index) pairs."""
     top = jnp.max(logits)
     hit = (logits == top) | jnp.isnan(logits)
     return jnp.min(jnp.where(hit, jnp.arange(logits.shape[-1], dtype=jnp.int32), logits.shape[-1]))

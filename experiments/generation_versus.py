@@ -29,8 +29,8 @@ BYTES = {"float32": 4, "bfloat16": 2, "int8": 1}
 def bandwidth(megabytes: int = 512, rounds: int = 9) -> dict[str, float]:
     """GB/s of three compiled reads of one float32 array of `megabytes`, each the median of `rounds`: its
     sum, its row sums, and one row times it as a [rows, 1024] matrix (decoding's own product,
-    `speed.decoding.product`). A kernel can read memory slower than the machine allows (a reduction
-    on one core), so the floor takes the fastest of the three."""
+    `speed.decoding.product`). Any one kernel can read memory slower than the machine allows, and
+    which one is fastest changes from machine to machine, so the floor takes the fastest."""
     import jax
     import jax.numpy as jnp
     from attention_jax.speed.decoding import product

@@ -1,6 +1,7 @@
 """What several test files share: the smoke-sized training setup (test_train_engine, _loop,
 _checkpoints), the synthetic corpus of the data tests (test_data_corpus, _tokenizer), and
-`copy_rows`, which starts a table's folder from another run's trained rows.
+`copy_rows`, which starts a table's folder from another run's trained rows, and
+`hlo_computations`, a compiled program's computations (test_decode, test_speed_decoding).
 
 Not a test file: plain functions and constants, imported as `helpers` (pytest puts tests/ on
 sys.path). Fixtures stay in the files that use them, or in conftest.py.
@@ -9,6 +10,7 @@ from __future__ import annotations
 
 import hashlib
 import pathlib
+import re
 import urllib.request
 
 import jax
@@ -175,3 +177,11 @@ def mlir_prelude() -> str:
 # -- TransformerLens: the oracle of patching and circuits (the lab's, experiments/transformer_lens_ref.py) --
 
 from experiments.transformer_lens_ref import random_gpt2 as tiny_gpt2, bridge as tl_bridge  # noqa: E402,F401
+
+
+def hlo_computations(hlo: str) -> tuple[dict[str, str], set[str]]:
+    """A compiled program's text (`.compile().as_text()`) as ({computation name: its body, the entry's
+    under "ENTRY"}, the names of the fused computations)."""
+    bodies = dict(re.findall(r"\n(%[\w.\-]+) [^\n]*\{\n(.*?)\n\}", "\n" + hlo, re.S))
+    bodies["ENTRY"] = hlo[hlo.index("ENTRY"):]
+    return bodies, set(re.findall(r"kind=k\w+, calls=(%[\w.\-]+)", hlo))

@@ -15,6 +15,8 @@ from attention_jax.config import ModelConfig
 from attention_jax.generate import Decoder
 from attention_jax.model import LanguageModel
 
+from helpers import hlo_computations
+
 BASE = ModelConfig(vocab_size=101, context=16, d_model=48, n_layers=2, n_heads=4)
 
 
@@ -37,9 +39,8 @@ def test_the_cached_loop_writes_the_windows_loop_s_tokens():
 def _written(hlo: str) -> set[tuple[str, tuple[int, ...]]]:
     """(dtype, shape) of every matrix a compiled program writes to memory: the results of its top-level
     instructions (not those inside a fusion, which stay in registers; not views and parameters)."""
-    computations = dict(re.findall(r"\n(%[\w.\-]+) [^\n]*\{\n(.*?)\n\}", "\n" + hlo, re.S))
-    fused = set(re.findall(r"kind=k\w+, calls=(%[\w.\-]+)", hlo))
-    top = [body for name, body in computations.items() if name not in fused] + [hlo[hlo.index("ENTRY"):]]
+    computations, fused = hlo_computations(hlo)
+    top = [body for name, body in computations.items() if name not in fused]
     views = ("parameter", "get-tuple-element", "bitcast", "tuple")
     return {(dtype, tuple(map(int, dims.split(",")))) for body in top
             for dtype, dims, op in re.findall(r"= (\w+)\[(\d+,\d+)\]\{[\d,]*\} ([\w-]+)\(", body) if op not in views}

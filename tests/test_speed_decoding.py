@@ -17,7 +17,7 @@ from attention_jax.layers import Dense
 from attention_jax.model import LanguageModel
 from attention_jax.speed import decoding
 
-from helpers import forward
+from helpers import forward, hlo_computations
 
 generation = importlib.import_module("attention_jax.generate")
 BASE = ModelConfig(vocab_size=101, context=16, d_model=48, n_layers=2, n_heads=4)
@@ -140,8 +140,8 @@ def test_the_compiled_product_of_rows_takes_the_weight_as_its_left_operand(weigh
 
 def _fused_ops(hlo: str) -> list[set[str]]:
     """The ops of each fused computation of a compiled program that holds a dot."""
-    bodies = re.findall(r"\n%[\w.\-]+ [^\n]*\{\n(.*?)\n\}", "\n" + hlo, re.S)
-    ops = [set(re.findall(r"= \w+\[[\d,]*\]\{?[\d,]*\}? ([\w-]+)\(", body)) for body in bodies]
+    computations, fused = hlo_computations(hlo)
+    ops = [set(re.findall(r"= \w+\[[\d,]*\]\{?[\d,]*\}? ([\w-]+)\(", computations[name])) for name in fused]
     return [o for o in ops if "dot" in o]
 
 
@@ -159,7 +159,7 @@ def test_one_row_reads_the_weight_in_one_loop_that_computes_nothing_else(weights
     hlo = step.lower(x, w, scale, b).compile().as_text()
     (loop,) = _fused_ops(hlo)
     assert loop <= {"parameter", "bitcast", "convert", "transpose", "copy", "dot"}, loop
-    written = re.findall(r"= f32\[(?:40,24|24,40)\]\{[\d,]*\} ([\w-]+)\(", hlo[hlo.index("ENTRY"):])
+    written = re.findall(r"= f32\[(?:40,24|24,40)\]\{[\d,]*\} ([\w-]+)\(", hlo_computations(hlo)[0]["ENTRY"])
     assert set(written) <= {"parameter"}, written                  # no float32 copy of the weight
     got = step(jnp.asarray(rng.standard_normal((1, 1, 24)), jnp.float32), w, scale, b)
     assert got.shape == (1, 1, 40) and bool(jnp.isfinite(got).all())
