@@ -29,6 +29,7 @@ from attention_jax.errors import ConfigError
 from attention_jax.inspect import swap
 from attention_jax.model import Bidirectional, check_ids
 from attention_jax.speed import Speed, decoding, fast
+from attention_jax.speed.backend import backend_of
 
 MAX_NEW = 1_000_000     # tokens a call: the uncached path holds the whole text, 4 bytes an id a row
 
@@ -77,15 +78,16 @@ def rounded(model, weights: str = "bfloat16"):
     return nnx.merge(graphdef, _stored(state, weights), copy=True)
 
 
-def _prepared(model, speed, weights):
+def _prepared(model, speed, weights, backend):
     """(graphdef, state) of the model to decode with: a copy (the caller's stays untouched), its matrices
-    stored in `weights`, dropout off, `speed` swapped in and with it decoding's layout (`speed.decoding`)."""
+    stored in `weights`, dropout off, `speed` swapped in for `backend` and with it decoding's layout
+    (`speed.decoding`)."""
     graphdef, state = nnx.split(model)
     model = nnx.merge(graphdef, _stored(state, weights), copy=True)
     model.eval()
     if speed is not None:
-        fast(model, speed)
-        swap(model, decoding.parts(model, int8=weights == "int8"))
+        fast(model, speed, backend=backend)
+        swap(model, decoding.parts(model, int8=weights == "int8", backend=backend))
     return nnx.split(model)
 
 
@@ -157,16 +159,19 @@ class Decoder:
         for prompt in prompts:
             print(tokenizer.decode(decoder(prompt, 50, temperature=0)))
 
-    A snapshot: the model trained further is not seen; make a new one. See `generate` for the arguments.
+    A snapshot: the model trained further is not seen; make a new one. See `generate` for the arguments;
+    `backend`: the devices the decoding program is built for (`speed.backend_of`; None: this process's
+    default devices), which choose its forms once, here.
     """
 
-    def __init__(self, model, *, speed: Speed | None = Speed(), weights: str = "float32"):
+    def __init__(self, model, *, speed: Speed | None = Speed(), weights: str = "float32", backend=None):
         _check_weights(weights)
         _check_model(model)
+        self.backend = backend_of(backend)
         if speed is not None:
-            speed.form_for(model.config)        # a form this model cannot take: one line, before compiling
+            speed.form_for(model.config, self.backend)   # a form this model cannot take: one line, before compiling
         self.config, self.speed, self.weights = model.config, speed, weights
-        self.graphdef, self.state = _prepared(model, speed, weights)
+        self.graphdef, self.state = _prepared(model, speed, weights, self.backend)
 
     def __call__(self, prompt, n: int, *, key=None, temperature: float = 1.0, top_k: int | None = None,
                  cache: bool = True):
@@ -197,7 +202,7 @@ class Decoder:
 
 
 def generate(model, prompt, n: int, *, key=None, temperature: float = 1.0, top_k: int | None = None,
-             cache: bool = True, speed: Speed | None = Speed(), weights: str = "float32"):
+             cache: bool = True, speed: Speed | None = Speed(), weights: str = "float32", backend=None):
     """The prompt's ids followed by `n` generated ones, as int32.
 
     `prompt`: ids [P] (answer [P + n]), [B, P] for B prompts of one length ([B, P + n]), or a list of
@@ -213,8 +218,9 @@ def generate(model, prompt, n: int, *, key=None, temperature: float = 1.0, top_k
     read in while decoding ("bfloat16": half the bytes a token reads, each rounded once;
     activations and sums stay float32; "int8": a quarter, 255 levels a row of [out, in] with a
     float32 scale each; `speed.decoding` says how each is read); the caller's model is not changed.
-    Each call prepares the model again; `Decoder(model, ...)` prepares it once for many calls.
+    `backend`: the devices to decode on (`speed.backend_of`; None: the default ones). Each call
+    prepares the model again; `Decoder(model, ...)` prepares it once for many calls.
     """
     _checked(model.config, prompt, n, key, temperature, top_k, cache)   # before the model is prepared
-    return Decoder(model, speed=speed, weights=weights)(prompt, n, key=key, temperature=temperature, top_k=top_k,
+    return Decoder(model, speed=speed, weights=weights, backend=backend)(prompt, n, key=key, temperature=temperature, top_k=top_k,
                                                         cache=cache)

@@ -12,6 +12,7 @@ import pytest
 
 from attention_jax import functional as F
 from attention_jax.speed import forms as backends
+from attention_jax.speed.backend import Backend
 from attention_jax.speed.chunked import memory_efficient_attention
 
 
@@ -126,37 +127,42 @@ def test_auto_is_causal_halves_on_a_cpu_and_fused_on_an_accelerator():
 
 def test_the_fused_kernel_is_cudnn_only_for_half_precision_on_an_nvidia_gpu():
     # JAX's implementation=None is XLA's attention everywhere; cuDNN's flash kernel must be asked for.
-    assert backends.fused_kernel(jnp.bfloat16, 32, "gpu") == backends.fused_kernel(jnp.float16, 128, "gpu", 9.0) == "cudnn"
-    assert backends.fused_kernel(jnp.bfloat16, 32, "gpu", 8.0) == "cudnn"
-    assert backends.fused_kernel(jnp.bfloat16, 32, "gpu", 7.5) == "xla"       # a T4: no flash kernel in cuDNN
-    assert backends.fused_kernel(jnp.float32, 32, "gpu") == "xla"             # cuDNN's flash kernel is half precision only
-    assert backends.fused_kernel(jnp.bfloat16, 12, "gpu") == "xla"            # head dim not a multiple of 8
-    assert backends.fused_kernel(jnp.bfloat16, 136, "gpu") == "xla"           # nor above 128
-    assert backends.fused_kernel(jnp.bfloat16, 32, "tpu") == backends.fused_kernel(jnp.bfloat16, 32, "cpu") == "xla"
+    gpu, h100, a100, t4 = Backend("cuda"), Backend("cuda", 9.0), Backend("cuda", 8.0), Backend("cuda", 7.5)
+    assert backends.fused_kernel(jnp.bfloat16, 32, gpu) == backends.fused_kernel(jnp.float16, 128, h100) == "cudnn"
+    assert backends.fused_kernel(jnp.bfloat16, 32, a100) == backends.fused_kernel(jnp.bfloat16, 32, "gpu") == "cudnn"
+    assert backends.kernel_choice(jnp.bfloat16, 32, t4) == \
+        ("xla", "cuDNN's flash attention needs compute capability 8.0; this GPU has 7.5")     # a T4
+    assert backends.kernel_choice(jnp.float32, 32, h100) == \
+        ("xla", "cuDNN's flash attention takes bfloat16/float16; this model computes in float32")
+    assert backends.kernel_choice(jnp.bfloat16, 12, gpu)[1].endswith("a multiple of 8 up to 128; this one is 12")
+    assert backends.fused_kernel(jnp.bfloat16, 136, gpu) == "xla"                          # nor above 128
+    for other in ("tpu", "cpu", "rocm"):
+        assert backends.kernel_choice(jnp.bfloat16, 32, other) == ("xla", None)
 
 
-@pytest.mark.parametrize("found, kernel", [("9.0", "cudnn"), ("8.6", "cudnn"), ("7.5", "xla"), ("gfx90a", "xla")])
-def test_the_fused_kernel_reads_the_gpus_compute_capability(monkeypatch, found, kernel):
-    class GPU:   # what jax.local_devices() gives on a GPU: an NVIDIA's capability, or an AMD's (ROCm) name
-        compute_capability = found
-    monkeypatch.setattr(jax, "default_backend", lambda: "gpu")
-    monkeypatch.setattr(jax, "local_devices", lambda *a, **kw: [GPU()])
-    assert backends.fused_kernel(jnp.bfloat16, 32) == kernel
+def test_cudnns_own_refusals_are_asked_before_a_run(cudnn):
+    assert backends.cudnn_refusal("bfloat16", 4, 128, 32, True) is None
+    why = backends.cudnn_refusal("bfloat16", 4, 127, 32, True)       # a bias over an odd number of positions
+    assert why == "NotImplementedError: Unsupported sequence length Q 127, KV 127."
+
+
+def test_without_cudnn_every_call_is_refused_as_such():
+    backends.cudnn_refusal.cache_clear()
+    assert backends.cudnn_refusal("bfloat16", 4, 128, 32, False) == "RuntimeError: cuDNN is not detected."
 
 
 @pytest.mark.slow
-def test_a_cudnn_refusal_while_tracing_falls_back_to_xla_with_a_warning(monkeypatch, rng):
+def test_a_cudnn_refusal_while_tracing_falls_back_to_xla_with_a_warning(rng):
     q, k, v = (jnp.asarray(normal(rng, 2, 4, 16, 8), jnp.bfloat16) for _ in range(3))
     want = jax.jit(lambda q, k, v: backends.fused(q, k, v, bias=F.alibi_bias(4, 16), implementation="xla"))(q, k, v)
-    monkeypatch.setattr(backends, "fused_kernel", lambda *a, **kw: "cudnn")   # as on a GPU; this CPU has no cuDNN
     with pytest.warns(RuntimeWarning, match="cuDNN's attention kernel refused this call .*cuDNN is not detected"):
-        got = jax.jit(lambda q, k, v: backends.fused(q, k, v, bias=F.alibi_bias(4, 16)))(q, k, v)
+        got = jax.jit(lambda q, k, v: backends.fused(q, k, v, bias=F.alibi_bias(4, 16), backend="cuda"))(q, k, v)
     np.testing.assert_array_equal(np.asarray(got, np.float32), np.asarray(want, np.float32))
     with pytest.raises(RuntimeError, match="cuDNN is not detected"):   # asked for by name: no fallback
         backends.fused(q, k, v, implementation="cudnn")
     with warnings.catch_warnings():
         warnings.simplefilter("error")     # no warning: XLA's kernel is chosen up front for ...
         odd = q[..., :15, :]               # ... a bias over an odd number of positions (cuDNN's gradient refuses it)
-        jax.jit(lambda x: backends.fused(x, x, x, bias=F.alibi_bias(4, 15)))(odd)
+        jax.jit(lambda x: backends.fused(x, x, x, bias=F.alibi_bias(4, 15), backend="cuda"))(odd)
         with pytest.raises(ValueError):    # a call that is wrong whatever the kernel: its own error, no cuDNN warning
             backends.fused(q, k[..., :4], v)

@@ -11,6 +11,7 @@ import pytest
 from attention_jax.config import ModelConfig
 from attention_jax.errors import ConfigError
 from attention_jax.speed import Speed
+from attention_jax.speed.backend import Backend
 
 TINY = ModelConfig(vocab_size=50, context=8, d_model=32, n_layers=2, n_heads=4)
 
@@ -45,11 +46,18 @@ def test_the_forms_a_config_cannot_take_are_refused_naming_both():
     assert Speed(form="causal_halves").form_for(dataclasses.replace(TINY, dropout=0.1)) == "causal_halves"
 
 
-def test_the_form_is_named_as_a_run_reports_it():
+def test_the_form_is_named_as_a_run_reports_it(cudnn):
     assert Speed().describe(TINY, "cpu") == "causal_halves"
-    assert Speed().describe(TINY, "gpu") == Speed().describe(TINY, "tpu") == "fused (XLA)"   # float32
+    assert Speed().describe(TINY, "tpu") == "fused (XLA)"
+    assert Speed().describe(TINY, "gpu") == \
+        "fused (XLA's kernel; cuDNN's flash attention takes bfloat16/float16; this model computes in float32)"
     bf16 = dataclasses.replace(TINY, dtype="bfloat16")
     assert Speed().describe(bf16, "gpu") == "fused (cuDNN)" and Speed().describe(bf16, "tpu") == "fused (XLA)"
+    assert Speed().describe(bf16, Backend("cuda", 7.5)) == \
+        "fused (XLA's kernel; cuDNN's flash attention needs compute capability 8.0; this GPU has 7.5)"
+    odd = dataclasses.replace(bf16, context=7, positions="alibi")    # cuDNN's gradient takes no bias over odd T
+    assert Speed().describe(odd, "gpu") == \
+        "fused (XLA's kernel; cuDNN refused: NotImplementedError: Unsupported sequence length Q 7, KV 7.)"
     assert Speed(form="chunked", chunk=16).describe(TINY, "gpu") == "chunked (16 positions a chunk)"
     assert Speed(form="reference").describe(TINY) == "reference"
 

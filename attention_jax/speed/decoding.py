@@ -30,6 +30,7 @@ from flax import nnx
 
 from attention_jax import functional as F
 from attention_jax.layers import Dense, TokenEmbed
+from attention_jax.speed.backend import backend_of
 
 
 @jax.jit
@@ -71,11 +72,13 @@ def _widened_row(x, weight, scale):
     return (y if scale is None else y * scale).reshape(*x.shape[:-1], -1)
 
 
-def product(x, weight, scale=None) -> jax.Array:
+def product(x, weight, scale=None, *, backend=None) -> jax.Array:
     """x [..., in] · weightᵀ ([out, in]; int8 levels times `scale` [out]) -> [..., out], summed in
-    float32 (x's dtype out)."""
-    if x.size == x.shape[-1] and x.dtype == jnp.float32 and jax.default_backend() == "cpu":
-        return _widened_row(x, weight, scale)
+    float32 (x's dtype out), by the form that streams fastest on `backend` (`speed.backend_of`;
+    None: the default devices)."""
+    if x.size == x.shape[-1] and x.dtype == jnp.float32 and backend_of(backend).cpu:
+        with jax.named_scope("cpu_only"):     # the cross-lowering tests look for this name in cuda/tpu programs
+            return _widened_row(x, weight, scale)
     if weight.dtype == jnp.int8:
         return _int8_product(x.astype(jnp.float32), weight, scale).astype(x.dtype)
     contract = (((x.ndim - 1,), (1,)), ((), ()))
@@ -100,27 +103,28 @@ class DecodingDense(nnx.Module):
     """A `Dense` as decoding reads it: its kernel transposed to [out, in], in its stored dtype (or
     int8 levels and a scale per output)."""
 
-    def __init__(self, layer: Dense, *, int8: bool = False):
+    def __init__(self, layer: Dense, *, int8: bool = False, backend=None):
         weight = _held(layer.kernel[...].T)
         self.weight, self.scale = (nnx.Param(a) for a in quantized(weight)) if int8 else (nnx.Param(weight), None)
-        self.bias, self.dtype = layer.bias, layer.dtype
+        self.bias, self.dtype, self.backend = layer.bias, layer.dtype, backend_of(backend)
 
     def __call__(self, x):
         x = F.floating(x if self.dtype is None else x.astype(self.dtype))
-        y = product(x, self.weight[...], None if self.scale is None else self.scale[...])
+        y = product(x, self.weight[...], None if self.scale is None else self.scale[...], backend=self.backend)
         return y if self.bias is None else y + self.bias[...].astype(y.dtype)
 
 
 class DecodingEmbed(TokenEmbed):
     """The token table, the tied output layer reading it by `product` (int8: each row's levels and scale)."""
 
-    def __init__(self, table: TokenEmbed, *, int8: bool = False):
+    def __init__(self, table: TokenEmbed, *, int8: bool = False, backend=None):
         for name, value in vars(table).items():
             if not name.startswith("_"):             # the parameter and Embed's settings; nnx keeps its own state
                 setattr(self, name, value)
         matrix = _held(table.embedding[...])
         self.embedding, self.scale = (nnx.Param(a) for a in quantized(matrix)) if int8 else \
             (nnx.Param(matrix), None)
+        self.backend = backend_of(backend)
 
     def __call__(self, tokens):
         if self.scale is None:
@@ -128,17 +132,18 @@ class DecodingEmbed(TokenEmbed):
         return jnp.take(self.embedding[...], tokens, axis=0).astype(jnp.float32) * self.scale[...][tokens][..., None]
 
     def attend(self, x):
-        return product(x, self.embedding[...], None if self.scale is None else self.scale[...])
+        return product(x, self.embedding[...], None if self.scale is None else self.scale[...], backend=self.backend)
 
 
-def parts(model, *, int8: bool = False) -> dict:
+def parts(model, *, int8: bool = False, backend=None) -> dict:
     """path -> twin: every dense layer (as built or swapped, unless it rounds its own operands) and
-    the token table, when the output layer reads it; `int8`: their matrices as int8 levels."""
-    swaps = {}
+    the token table, when the output layer reads it; `int8`: their matrices as int8 levels; `backend`:
+    the devices the decoding program is built for (`speed.backend_of`)."""
+    backend, swaps = backend_of(backend), {}
     for path, m in nnx.iter_modules(model):
         name = ".".join(map(str, path))
         if isinstance(m, Dense) and getattr(m, "matmul_dtype", None) is None:
-            swaps[name] = DecodingDense(m, int8=int8)
+            swaps[name] = DecodingDense(m, int8=int8, backend=backend)
         elif type(m) is TokenEmbed and name == "token_embed" and getattr(model, "lm_head", 0) is None:
-            swaps[name] = DecodingEmbed(m, int8=int8)
+            swaps[name] = DecodingEmbed(m, int8=int8, backend=backend)
     return swaps

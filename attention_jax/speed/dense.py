@@ -19,6 +19,8 @@ from functools import partial
 import jax
 import jax.numpy as jnp
 
+from attention_jax.speed.backend import backend_of
+
 
 def _dot(a, b):
     """a·b over a's last axis; a bfloat16/float16 product accumulates and returns float32, as GPUs
@@ -39,22 +41,23 @@ def _matmul(x, kernel, bias, operands):
     return y.astype(x.dtype)
 
 
-@partial(jax.custom_vjp, nondiff_argnums=(3,))
-def _dense(x, kernel, bias, operands):
+@partial(jax.custom_vjp, nondiff_argnums=(3, 4))
+def _dense(x, kernel, bias, operands, cpu):
     return _matmul(x, kernel, bias, operands)
 
 
-def _forward(x, kernel, bias, operands):
+def _forward(x, kernel, bias, operands, cpu):
     # x is kept as the product read it (bfloat16: half float32's memory); dy has x's own dtype.
     return _matmul(x, kernel, bias, operands), (x.astype(operands or x.dtype), kernel, bias)
 
 
-def _backward(operands, saved, dy):
+def _backward(operands, cpu, saved, dy):
     x, kernel, bias = saved                  # x as the product read it, the kernel as given
     x_dtype, kernel_dtype = dy.dtype, kernel.dtype
     k, g = kernel.astype(operands or kernel.dtype), dy.astype(x.dtype)    # the products' inputs
-    if _low_precision(x.dtype) and jax.default_backend() == "cpu":
-        dx, d_kernel = _low_precision_cpu_grads(x, k, g)
+    if _low_precision(x.dtype) and cpu:
+        with jax.named_scope("cpu_only"):    # the cross-lowering tests look for this name in cuda/tpu programs
+            dx, d_kernel = _low_precision_cpu_grads(x, k, g)
     else:
         dx, d_kernel = _grads(x.reshape(-1, x.shape[-1]), k, g.reshape(-1, g.shape[-1]))
         dx = dx.reshape(x.shape)
@@ -93,12 +96,16 @@ def _low_precision_cpu_grads(x, kernel, dy):
 _dense.defvjp(_forward, _backward)
 
 
-def dense(x: jax.Array, kernel: jax.Array, bias: jax.Array | None = None, *, operands=None) -> jax.Array:
+def dense(x: jax.Array, kernel: jax.Array, bias: jax.Array | None = None, *, operands=None,
+          backend=None) -> jax.Array:
     """x·W (+ b) over the last axis of `x`: [..., in] · [in, out] -> [..., out], in x's dtype.
 
     operands: a dtype (bfloat16) both inputs are rounded to for the product alone, which
-    accumulates in float32; None: the product in x's and W's own dtypes."""
+    accumulates in float32; None: the product in x's and W's own dtypes. `backend`: the devices the
+    program is built for (`speed.backend_of`; None: the default ones), which decide how the
+    low-precision gradient reads its transposed operands."""
     operands = None if operands is None else jnp.dtype(operands)
+    cpu = backend_of(backend).cpu
     if x.ndim == 1:
-        return _dense(x[None], kernel, bias, operands)[0]
-    return _dense(x, kernel, bias, operands)
+        return _dense(x[None], kernel, bias, operands, cpu)[0]
+    return _dense(x, kernel, bias, operands, cpu)

@@ -11,10 +11,11 @@ Every form has one signature, takes q, k, v [..., H, T, D] and returns the heads
                    precision, XLA's fused attention elsewhere
 
 They agree to float rounding (tests compare forward and gradients). `choose` says which form
-"auto" is on a backend.
+"auto" is on a backend, `kernel_choice` which kernel `fused` runs there and why.
 """
 from __future__ import annotations
 
+import functools
 import warnings
 
 import jax
@@ -22,9 +23,8 @@ import jax.numpy as jnp
 
 from attention_jax import functional as F
 from attention_jax.errors import ConfigError
+from attention_jax.speed.backend import backend_of
 from attention_jax.speed.chunked import memory_efficient_attention
-
-ACCELERATORS = ("gpu", "cuda", "rocm", "tpu")
 
 
 def reference(q, k, v, *, bias=None, causal: bool = True, scale: bool = True, dropout=None):
@@ -70,33 +70,62 @@ def chunked(q, k, v, *, bias=None, causal: bool = True, scale: bool = True, drop
     return memory_efficient_attention(q, k, v, causal=causal, chunk_size=chunk, scale=scale)
 
 
-def fused_kernel(dtype, head_dim: int, backend: str | None = None, capability: float | None = None) -> str:
-    """The kernel `fused` asks `jax.nn.dot_product_attention` for: "cudnn" or "xla".
+CUDNN_HEAD_DIMS = "a multiple of 8 up to 128"
 
-    cuDNN's flash attention exists for float16/bfloat16 on an NVIDIA GPU of compute
-    capability >= 8.0 with a head dimension that is a multiple of 8 up to 128; anything else
-    (CPU, TPU, AMD, float32, a T4) gets XLA's. JAX's own `implementation=None` means XLA's on
-    every backend, hence the choice here. `capability` is read from this process's GPU when
-    not given; an AMD GPU's ("gfx90a") is no number, so no cuDNN.
+
+def kernel_choice(dtype, head_dim: int, backend=None) -> tuple[str, str | None]:
+    """The kernel `fused` asks `jax.nn.dot_product_attention` for on `backend` ("cudnn" or "xla"), and
+    on a CUDA GPU why it is not cuDNN (None otherwise).
+
+    cuDNN's flash attention exists for float16/bfloat16 on an NVIDIA GPU of compute capability
+    >= 8.0 with a head dimension that is a multiple of 8 up to 128; anything else (CPU, TPU, AMD,
+    float32, a T4) gets XLA's. JAX's own `implementation=None` means XLA's on every backend,
+    hence the choice here.
     """
-    backend = backend or jax.default_backend()
-    half = jnp.dtype(dtype) in (jnp.dtype(jnp.float16), jnp.dtype(jnp.bfloat16))
-    if backend not in ("gpu", "cuda") or not half or head_dim % 8 or head_dim > 128:
-        return "xla"
-    if capability is None and jax.default_backend() == "gpu":
-        try:
-            capability = float(getattr(jax.local_devices()[0], "compute_capability", ""))
-        except ValueError:
-            return "xla"
-    return "xla" if capability is not None and capability < 8.0 else "cudnn"
+    b = backend_of(backend)
+    if b.platform != "cuda":
+        return "xla", None
+    name = jnp.dtype(dtype).name
+    if name not in ("float16", "bfloat16"):
+        return "xla", f"cuDNN's flash attention takes bfloat16/float16; this model computes in {name}"
+    if head_dim % 8 or head_dim > 128:
+        return "xla", f"cuDNN's flash attention needs a head dimension that is {CUDNN_HEAD_DIMS}; this one is {head_dim}"
+    if b.capability is not None and b.capability < 8.0:
+        return "xla", f"cuDNN's flash attention needs compute capability 8.0; this GPU has {b.capability:g}"
+    return "cudnn", None
 
 
-def fused(q, k, v, *, bias=None, causal: bool = True, scale: bool = True, dropout=None, implementation=None):
+def fused_kernel(dtype, head_dim: int, backend=None) -> str:
+    """`kernel_choice`'s kernel alone: "cudnn" or "xla"."""
+    return kernel_choice(dtype, head_dim, backend)[0]
+
+
+@functools.lru_cache(maxsize=256)
+def cudnn_refusal(dtype: str, heads: int, T: int, head_dim: int, bias: bool, causal: bool = True) -> str | None:
+    """Why cuDNN refuses a training call of this shape (its forward and its gradient), or None: JAX's
+    own checks, made as it traces, asked once here so that a run can say so before it starts."""
+    shape = jax.ShapeDtypeStruct((1, T, heads, head_dim), jnp.dtype(dtype))
+    b = jax.ShapeDtypeStruct((1, heads, T, T), jnp.dtype(dtype)) if bias else None
+
+    def loss(q, k, v, b):
+        out = jax.nn.dot_product_attention(q, k, v, bias=b, is_causal=causal, implementation="cudnn")
+        return out.astype(jnp.float32).sum()
+    try:
+        jax.eval_shape(jax.grad(loss, argnums=(0, 1, 2)), shape, shape, shape, b)
+    except (RuntimeError, NotImplementedError, ValueError) as e:
+        return f"{type(e).__name__}: {' '.join(str(e).split())}"
+    return None
+
+
+def fused(q, k, v, *, bias=None, causal: bool = True, scale: bool = True, dropout=None, implementation=None,
+          backend=None):
     """`jax.nn.dot_product_attention` on our layout ([..., H, T, D]; [T, D] is one head).
 
-    `implementation=None`: `fused_kernel` chooses, a bias over an odd number of positions goes
-    to XLA (cuDNN's gradient refuses it only later), and a call cuDNN refuses while JAX traces
-    it is computed by XLA's kernel with a warning. "cudnn" or "xla" asks for that kernel alone.
+    `implementation=None`: `fused_kernel` chooses for `backend` (None: this process's default
+    devices; a program built for others passes theirs, as `speed.fast` does), a bias over an odd
+    number of positions goes to XLA (cuDNN's gradient refuses it only later), and a call cuDNN
+    refuses while JAX traces it is computed by XLA's kernel with a warning (`cudnn_refusal` asks
+    before a run). "cudnn" or "xla" asks for that kernel alone.
     """
     if dropout is not None:
         raise ValueError("fused attention has no dropout on its weights; use reference or causal_halves")
@@ -108,11 +137,12 @@ def fused(q, k, v, *, bias=None, causal: bool = True, scale: bool = True, dropou
         q, k, v = q[None], k[None], v[None]
     common = jnp.result_type(q, k, v)            # the fused kernel wants one dtype for all three
     T, S = q.shape[-2], k.shape[-2]
-    kernel = implementation or fused_kernel(common, q.shape[-1])
+    b = backend_of(backend)
+    kernel = implementation or fused_kernel(common, q.shape[-1], b)
     if implementation is None and bias is not None and (T % 2 or S % 2):
         kernel = "xla"
     # XLA's CPU backend has no float16 product with a float32 result, which JAX's attention asks for
-    compute = jnp.float32 if kernel == "xla" and common == jnp.float16 and jax.default_backend() == "cpu" else common
+    compute = jnp.float32 if kernel == "xla" and common == jnp.float16 and b.cpu else common
     q, k, v = q.astype(compute), k.astype(compute), v.astype(compute)
     lead = q.shape[:-3]
     to_bthd = lambda x: jnp.swapaxes(x.reshape((-1,) + x.shape[-3:]), -3, -2)   # [B, T, H, D]
@@ -137,10 +167,10 @@ def fused(q, k, v, *, bias=None, causal: bool = True, scale: bool = True, dropou
 FORMS = {"reference": reference, "causal_halves": causal_halves, "chunked": chunked, "fused": fused}
 
 
-def choose(form: str, *, dropout: float = 0.0, backend: str | None = None) -> str:
-    """The form that computes `form` on `backend`: itself, or for "auto" causal_halves on a CPU and
-    fused on a GPU/TPU (with dropout, a form that holds the weights)."""
+def choose(form: str, *, dropout: float = 0.0, backend=None) -> str:
+    """The form that computes `form` on `backend` (`speed.backend`; None: the default devices): itself,
+    or for "auto" causal_halves on a CPU and fused on a GPU/TPU (with dropout, a form that holds the
+    weights)."""
     if form != "auto":
         return form
-    on_accelerator = (backend or jax.default_backend()) in ACCELERATORS
-    return "fused" if on_accelerator and dropout == 0 else "causal_halves"
+    return "fused" if not backend_of(backend).cpu and dropout == 0 else "causal_halves"

@@ -37,8 +37,9 @@ class Speed:
             raise ConfigError("Speed(matmul_dtype='bfloat16') rounds the products of the hand-written dense layer; "
                               "it needs dense=True")
 
-    def form_for(self, config, backend: str | None = None) -> str:
-        """The form a model of `config` computes attention by on `backend` (refusing one it cannot)."""
+    def form_for(self, config, backend=None) -> str:
+        """The form a model of `config` computes attention by on `backend` (`speed.backend_of`: a name,
+        devices, a `Backend`; None: the default devices), refusing one it cannot take."""
         from attention_jax.speed import forms
         chosen = forms.choose(self.form, dropout=config.dropout, backend=backend)
         if chosen == "chunked" and config.positions == "alibi":
@@ -49,11 +50,26 @@ class Speed:
                               "for dropout > 0")
         return chosen
 
-    def describe(self, config, backend: str | None = None) -> str:
-        """What computes a config's attention, in words, e.g. "causal_halves" or "fused (cuDNN)"."""
+    def describe(self, config, backend=None) -> str:
+        """What computes a config's attention on `backend`, in words: "causal_halves", "fused (cuDNN)",
+        "fused (XLA)" off a CUDA GPU, and on one "fused (XLA's kernel; ...)" with the reason it is not
+        cuDNN's (the model's dtype or head size, the GPU's capability, or cuDNN refusing the call, asked
+        of JAX at the config's training shape); "none (...)" for a model without heads."""
         from attention_jax.speed import forms
-        chosen = self.form_for(config, backend)
-        if chosen == "fused":
-            kernel = forms.fused_kernel(config.dtype, config.d_head_used, backend)
-            return f"fused ({'cuDNN' if kernel == 'cudnn' else 'XLA'})"
-        return f"chunked ({self.chunk} positions a chunk)" if chosen == "chunked" else chosen
+        from attention_jax.speed.backend import backend_of
+        b = backend_of(backend)
+        chosen = self.form_for(config, b)
+        if config.heads_used == 0:
+            return f"none (mixer={config.mixer!r} has no attention)"
+        if chosen == "chunked":
+            return f"chunked ({self.chunk} positions a chunk)"
+        if chosen != "fused":
+            return chosen
+        kernel, why = forms.kernel_choice(config.dtype, config.d_head_used, b)
+        if kernel == "cudnn":
+            why = forms.cudnn_refusal(config.dtype, config.heads_used, config.context, config.d_head_used,
+                                      config.positions == "alibi")
+            why = why and f"cuDNN refused: {why}"
+        if why:
+            return f"fused (XLA's kernel; {why})"
+        return f"fused ({'cuDNN' if kernel == 'cudnn' else 'XLA'})"

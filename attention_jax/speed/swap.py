@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import dataclasses
 
+import jax
 from flax import nnx
 
 from attention_jax import functional as F
@@ -24,6 +25,7 @@ from attention_jax.layers import Bidirectional, CausalMask, Dense
 from attention_jax.model import DotProductAttention
 from attention_jax.speed import dense as dense_kernel
 from attention_jax.speed import forms
+from attention_jax.speed.backend import backend_of
 from attention_jax.speed.options import FORMS, Speed  # noqa: F401  (FORMS: the names `Speed` takes)
 
 
@@ -32,9 +34,9 @@ class FastAttention(DotProductAttention):
     no hook points (the scores and weights are never held). A mask passed in (decoding) or a mask
     module of one's own is applied by the equation itself."""
 
-    def __init__(self, attention: DotProductAttention, form: str, chunk: int):
+    def __init__(self, attention: DotProductAttention, form: str, chunk: int, backend=None):
         self.scale, self.dropout, self.mask = attention.scale, attention.dropout, attention.mask
-        self.form, self.chunk = form, chunk
+        self.form, self.chunk, self.backend = form, chunk, backend_of(backend)
 
     def __call__(self, q, k, v, *, bias=None, mask=None):
         if mask is not None or type(self.mask) not in (CausalMask, Bidirectional):
@@ -42,24 +44,25 @@ class FastAttention(DotProductAttention):
             w = F.attention_weights(q, k, mask=mask, bias=bias, scale=self.scale)
             return F.mix(w if self.dropout is None else self.dropout(w), v)
         attend = forms.FORMS[self.form]
-        if self.form == "chunked":
+        options = {"chunk": self.chunk} if self.form == "chunked" else {"backend": self.backend} \
+            if self.form == "fused" else {}
+        with jax.named_scope(f"attention_{self.form}"):    # the cross-lowering tests read which form ran
             return attend(q, k, v, bias=bias, causal=self.mask.causal, scale=self.scale, dropout=self.dropout,
-                          chunk=self.chunk)
-        return attend(q, k, v, bias=bias, causal=self.mask.causal, scale=self.scale, dropout=self.dropout)
+                          **options)
 
 
 class FastDense(Dense):
     """A `Dense` whose product has the hand-written backward, its inputs optionally rounded to
     `matmul_dtype`: the same parameters."""
 
-    def __init__(self, layer: Dense, matmul_dtype: str | None = None):
+    def __init__(self, layer: Dense, matmul_dtype: str | None = None, backend=None):
         self.kernel, self.bias, self.dtype = layer.kernel, layer.bias, layer.dtype
-        self.matmul_dtype = matmul_dtype
+        self.matmul_dtype, self.backend = matmul_dtype, backend_of(backend)
 
     def __call__(self, x):
         x, kernel, bias = self.operands(x)
         return dense_kernel.dense(F.floating(x), F.floating(kernel), None if bias is None else F.floating(bias),
-                                  operands=self.matmul_dtype)
+                                  operands=self.matmul_dtype, backend=self.backend)
 
 
 class Swapped:
@@ -79,24 +82,28 @@ class Swapped:
         self.undo()
 
 
-def fast(model, speed: Speed | None = None, **options) -> Swapped:
+def fast(model, speed: Speed | None = None, *, backend=None, **options) -> Swapped:
     """Swap faster forms into `model`, in place (a `with` block, or `.undo()`, puts the model as built
-    back). `speed` (default `Speed()`) or its fields as keywords say which: `fast(model, form="chunked")`."""
+    back). `speed` (default `Speed()`) or its fields as keywords say which: `fast(model, form="chunked")`.
+    `backend`: the devices the program is built for (`speed.backend_of`: a name, devices, a mesh;
+    None: this process's default devices), read now, not when the model is traced."""
     speed = dataclasses.replace(speed or Speed(), **options) if options else (speed or Speed())
-    return Swapped(model, parts(model, speed))
+    return Swapped(model, parts(model, speed, backend))
 
 
-def parts(model, speed: Speed) -> dict:
-    """path -> twin for every part `speed` swaps in `model` (parts already swapped stay as they are)."""
+def parts(model, speed: Speed, backend=None) -> dict:
+    """path -> twin for every part `speed` swaps in `model` on `backend` (parts already swapped stay as
+    they are)."""
+    backend = backend_of(backend)
     config = getattr(model, "config", None)
-    form = speed.form_for(config) if config is not None else forms.choose(speed.form)
+    form = speed.form_for(config, backend) if config is not None else forms.choose(speed.form, backend=backend)
     swaps = {}
     for path, m in nnx.iter_modules(model):
         name = ".".join(map(str, path))
         if type(m) is DotProductAttention and form != "reference":
-            swaps[name] = FastAttention(m, form, speed.chunk)
+            swaps[name] = FastAttention(m, form, speed.chunk, backend)
         elif type(m) is Dense and speed.dense:
-            swaps[name] = FastDense(m, speed.matmul_dtype)
+            swaps[name] = FastDense(m, speed.matmul_dtype, backend)
     return swaps
 
 

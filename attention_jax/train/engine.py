@@ -13,8 +13,8 @@ alike; the Winograd toy scores one token). What to sample lives with the task
 
 The step's metrics (loss, learning rate, global gradient norm, gradient norm per block)
 stay on: a few reductions over the gradients. Every compiled function computes with
-`speed` (default `Speed()`: this backend's fastest attention and the hand-written dense
-backward) swapped into the model; `speed=None` trains the model as built. Engines handed
+`speed` (default `Speed()`: the fastest attention on the engine's devices, or on `backend`, and
+the hand-written dense backward) swapped into the model; `speed=None` trains the model as built. Engines handed
 one `ProgramCache` share their compiled programs (`attention_jax.train.programs`).
 """
 from __future__ import annotations
@@ -32,6 +32,7 @@ from attention_jax.data import eval_windows
 from attention_jax.errors import ConfigError, DataError
 from attention_jax.model import LanguageModel, check_ids
 from attention_jax.speed import Speed
+from attention_jax.speed.backend import backend_of
 from attention_jax.train.distributed import local, put, to_host
 from attention_jax.train.programs import (  # noqa: F401  (the engine's API)
     ProgramCache, Programs, cross_entropy, lr_schedule, make_optimizer, token_loss)
@@ -42,16 +43,19 @@ class Engine:
 
     def __init__(self, model_config: ModelConfig, train_config: TrainConfig, *, n_seeds: int = 1,
                  loss: Callable = token_loss, step_metrics: bool = True, speed: Speed | None = Speed(),
-                 programs: ProgramCache | None = None):
+                 programs: ProgramCache | None = None, backend=None):
         self.model_config, self.train_config, self.n_seeds, self.loss = model_config, train_config, n_seeds, loss
         self.step_metrics = step_metrics   # False: the step returns the loss alone (the benchmark's baseline)
         self.speed = speed
         devices = tuple(jax.devices())
+        # The forms are chosen for these devices, or for `backend` when the programs are built for others
+        # (jax.export for cuda or tpu from this machine): read here, once, never inside a trace.
+        self.backend = backend_of(devices if backend is None else backend)
         if len(devices) > 1 and train_config.batch_size % len(devices):
             raise ConfigError(f"batch_size={train_config.batch_size} does not split over {len(devices)} "
                               "devices; use a multiple of the device count")
         made = (programs.get if programs is not None else Programs)
-        self.programs = p = made(model_config, train_config, n_seeds, loss, step_metrics, devices, speed)
+        self.programs = p = made(model_config, train_config, n_seeds, loss, step_metrics, devices, speed, self.backend)
         self.tx, self.schedule, self.graphdef, self.mesh, self.vmapped = p.tx, p.schedule, p.graphdef, p.mesh, p.vmapped
         self._init, self._step, self._steps, self._nll, self._logits = p.init, p.step, p.steps, p.nll, p.logits
 

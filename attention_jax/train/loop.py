@@ -29,6 +29,7 @@ from tqdm.auto import tqdm
 
 from attention_jax.config import TrainConfig
 from attention_jax.errors import ConfigError, Preempted, TrainingDiverged, note
+from attention_jax.speed.backend import backend_of
 from attention_jax.train.checkpoints import Checkpoints, fingerprint
 from attention_jax.train.distributed import is_writer, to_host
 from attention_jax.train.engine import Engine
@@ -38,18 +39,19 @@ STEP_METRICS = ("loss", "lr", "grad_norm", "block_grad_norm")
 ACCELERATOR_STEPS_PER_CALL = 16
 
 
-def default_steps_per_call(backend: str | None = None) -> int:
-    """1 on a CPU (a step is milliseconds of compute), 16 on a GPU/TPU (a step is less than its launch)."""
-    import jax
-    return 1 if (backend or jax.default_backend()) == "cpu" else ACCELERATOR_STEPS_PER_CALL
+def default_steps_per_call(backend=None) -> int:
+    """1 on a CPU (a step is milliseconds of compute), 16 on a GPU/TPU (a step is less than its launch);
+    `backend`: `speed.backend_of`'s (None: the default devices)."""
+    return 1 if backend_of(backend).cpu else ACCELERATOR_STEPS_PER_CALL
 
 
-def choose_steps_per_call(train_config: TrainConfig, *, asked: int | None = None, checkpoints: bool = True) -> int:
-    """Steps per compiled call: at most `asked` (else `default_steps_per_call()`), and a divisor
+def choose_steps_per_call(train_config: TrainConfig, *, asked: int | None = None, checkpoints: bool = True,
+                          backend=None) -> int:
+    """Steps per compiled call: at most `asked` (else `default_steps_per_call(backend)`), and a divisor
     of the run's length and of its evaluation and checkpoint intervals, so those fall between
     calls and every call has one shape."""
     if asked is None:
-        asked = default_steps_per_call()
+        asked = default_steps_per_call(backend)
     if isinstance(asked, bool) or not isinstance(asked, int) or asked < 1:
         raise ConfigError(f"steps_per_call={asked!r} must be a positive whole number (1 = one step per call)")
     tc = train_config
@@ -86,7 +88,8 @@ def fit(engine: Engine, task: Task, *, seeds: Sequence[int] = (0,), workdir: str
     steps, and score it: a `RunResult`. `workdir`: keep metrics and checkpoints there and resume from
     them (`resume=False`: start afresh). `stop`: an event the caller owns (a signal handler sets it,
     say): the loop then stops at its next step as on Ctrl-C, saving what it finished."""
-    per_call = choose_steps_per_call(engine.train_config, asked=steps_per_call, checkpoints=workdir is not None)
+    per_call = choose_steps_per_call(engine.train_config, asked=steps_per_call, checkpoints=workdir is not None,
+                                     backend=engine.backend)
     seeds = engine.check_seeds(seeds)
     run = _Run(engine, task, seeds, None if workdir is None else pathlib.Path(workdir), resume, stop)
     shown = progress and is_writer()   # tqdm.auto's notebook bar warns without ipywidgets even when off

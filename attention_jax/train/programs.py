@@ -21,6 +21,7 @@ from jax.sharding import NamedSharding, PartitionSpec as P
 from attention_jax.config import ModelConfig, TrainConfig
 from attention_jax.model import LanguageModel
 from attention_jax.speed import Speed, fast
+from attention_jax.speed.backend import Backend
 
 # The TrainConfig fields the optimizer (and so every compiled step) reads; the loop's own
 # (log_every, eval_every, checkpoint_every, train_eval_windows, eval_batch, batch_size) it does not.
@@ -69,10 +70,11 @@ class Programs:
     built); the state is the model's as built either way."""
 
     def __init__(self, model_config: ModelConfig, train_config: TrainConfig, n_seeds: int, loss: Callable,
-                 step_metrics: bool, devices: tuple, speed: Speed | None):
+                 step_metrics: bool, devices: tuple, speed: Speed | None, backend: Backend):
         self.model_config, self.loss, self.step_metrics, self.speed = model_config, loss, step_metrics, speed
+        self.backend = backend                     # what the forms are chosen for, read once (speed.backend)
         if speed is not None:
-            speed.form_for(model_config)           # a form this model cannot take: refused now, in one line
+            speed.form_for(model_config, backend)  # a form this model cannot take: refused now, in one line
         self.tx = make_optimizer(train_config)
         self.schedule = lr_schedule(train_config)
         self.graphdef, _ = nnx.split(nnx.eval_shape(lambda: self.build(jax.random.key(0))))
@@ -105,7 +107,7 @@ class Programs:
 
     def faster(self, model):
         """`model` with the speed's forms swapped in, for the `with` block."""
-        return contextlib.nullcontext(model) if self.speed is None else fast(model, self.speed)
+        return contextlib.nullcontext(model) if self.speed is None else fast(model, self.speed, backend=self.backend)
 
     def init_one(self, key):
         return nnx.state(self.build(key))
@@ -142,20 +144,21 @@ class ProgramCache:
     """Programs shared by the Engines built with this cache (`Engine(..., programs=cache)`): a second
     Engine of a configuration already built traces and compiles nothing. The key is everything the
     programs compute with (model config, the optimizer's fields, seed count, loss, metrics, devices,
-    speed); the `maxsize` most recently used are kept. Like any `jax.jit` function they keep what they
+    speed, backend); the `maxsize` most recently used are kept. Like any `jax.jit` function they keep what they
     traced: after editing the library's code in a running session, `clear()` (or a new cache)."""
 
     def __init__(self, maxsize: int = 32):
         self.maxsize, self._kept = maxsize, collections.OrderedDict()
 
     def get(self, model_config: ModelConfig, train_config: TrainConfig, n_seeds: int, loss: Callable,
-            step_metrics: bool, devices: tuple, speed: Speed | None) -> Programs:
+            step_metrics: bool, devices: tuple, speed: Speed | None, backend: Backend) -> Programs:
         key = (model_config, tuple(getattr(train_config, f) for f in OPTIMIZER_FIELDS), n_seeds, loss, step_metrics,
-               devices, speed)
+               devices, speed, backend)
         if key in self._kept:
             self._kept.move_to_end(key)
             return self._kept[key]
-        programs = self._kept[key] = Programs(model_config, train_config, n_seeds, loss, step_metrics, devices, speed)
+        programs = self._kept[key] = Programs(model_config, train_config, n_seeds, loss, step_metrics, devices, speed,
+                                              backend)
         while len(self._kept) > self.maxsize:
             self._kept.popitem(last=False)
         return programs
