@@ -8,6 +8,7 @@ import io
 import json
 import os
 import pathlib
+import subprocess
 import sys
 import tempfile
 import time
@@ -41,7 +42,35 @@ _CORPUS = next((p for p in (_REPO / os.environ.get("ATTENTION_JAX_DATA", "."), _
 #   to 200 CPU seconds from a cold cache. This one can round an op differently: the test that
 #   pins a bit-for-bit identity compiles its two programs with the default emitters
 #   (test_train_engine.DEFAULT_CODEGEN); the figures pinned within a tolerance hold either way.
+# Both are asked of the installed XLA first (`known_xla_flags`): XLA aborts the process at its first
+# compile on a flag it does not know, and jax >= 0.11's XLA has only the fusion emitters.
 TEST_XLA_FLAGS = "--xla_backend_optimization_level=0 --xla_cpu_use_fusion_emitters=false"
+
+
+def _xla_accepts(flags: str) -> bool:
+    """Whether a process with XLA_FLAGS=`flags` compiles and runs a program (it aborts on an unknown flag)."""
+    code = "import jax; jax.jit(lambda x: x + 1)(1).block_until_ready()"
+    env = {k: v for k, v in os.environ.items() if not k.startswith("JAX_COMPILATION")} | \
+        {"XLA_FLAGS": flags, "JAX_PLATFORMS": "cpu"}
+    return subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, timeout=120).returncode == 0
+
+
+def known_xla_flags(flags: str, root: str) -> str:
+    """The flags of `flags` that the installed XLA knows, each tried in a child process once per jaxlib
+    version (the answers kept in `root`/xla_flags.json): probed, not assumed from a version number."""
+    import importlib.metadata
+    path = pathlib.Path(root) / "xla_flags.json"
+    key = f"jaxlib {importlib.metadata.version('jaxlib')}: {flags}"
+    try:
+        known = json.loads(path.read_text())
+    except (OSError, ValueError):
+        known = {}
+    if not isinstance(known.get(key), str):
+        known[key] = flags if _xla_accepts(flags) else " ".join(f for f in flags.split() if _xla_accepts(f))
+        with contextlib.suppress(OSError):
+            path.parent.mkdir(parents=True, exist_ok=True)
+            path.write_text(json.dumps(known, indent=1))
+    return known[key]
 
 
 def pytest_configure(config):
@@ -51,8 +80,9 @@ def pytest_configure(config):
     os.environ.setdefault("JAX_COMPILATION_CACHE_DIR", os.path.join(os.path.abspath(root), "jax-compilation"))
     os.environ.setdefault("JAX_PERSISTENT_CACHE_MIN_COMPILE_TIME_SECS", "0")
     os.environ.setdefault("JAX_PERSISTENT_CACHE_MIN_ENTRY_SIZE_BYTES", "0")
-    if "xla_backend_optimization_level" not in os.environ.get("XLA_FLAGS", ""):
-        os.environ["XLA_FLAGS"] = f"{os.environ.get('XLA_FLAGS', '')} {TEST_XLA_FLAGS}".strip()
+    if "xla_backend_optimization_level" not in os.environ.get("XLA_FLAGS", ""):   # set once, by xdist's controller
+        flags = known_xla_flags(TEST_XLA_FLAGS, root)
+        os.environ["XLA_FLAGS"] = f"{os.environ.get('XLA_FLAGS', '')} {flags}".strip()
     # This process's config too if jax was imported before this hook (a plugin); else jax reads the
     # variables above when it is imported. Not importing it here spares xdist's controller, which
     # runs no test, the 1.5 s import before it starts the workers. XLA reads XLA_FLAGS when the
@@ -103,7 +133,7 @@ def shared_mlir_context():
 # then 68, 65, 62 (positions, all, analysis), 59, 56, 54, 52, 51, 49, 42, 41, 31, 28, 27, 22, 21, 14,
 # 13, 12); the files left out take less. In the fast tier (-m "not slow") the library's files
 # among them are what is left to balance.
-HEAVY_FIRST = ("test_notebook.py", "test_ladder.py", "test_inside_tiny_gpt.py", "test_norms.py",
+HEAVY_FIRST = ("test_notebook.py", "test_ladder.py", "test_inside_tiny_gpt.py", "test_accelerators.py", "test_norms.py",
                "test_generate_cached.py", "test_positions.py", "test_all.py", "test_experiments_analysis.py",
                "test_train_engine.py", "test_speed_swap.py", "test_train_loop.py", "test_throughput.py", "test_docs.py",
                "test_winograd.py", "test_train_distributed.py", "test_scale_ablation.py", "test_rows.py",
@@ -313,3 +343,27 @@ def engine():
     """engine(model_config, n_seeds) -> an Engine on helpers.TC (its compiled programs shared)."""
     from helpers import engines
     return engines()
+
+
+@pytest.fixture
+def cudnn():
+    """As if cuDNN were installed: JAX's version check (`check_cudnn_version`) is the one thing that
+    tracing cuDNN's attention asks the CUDA plugin, so with it answered a program that calls cuDNN
+    lowers for cuda from this CPU (it cannot run here). Undone after the test, with what
+    `forms.cudnn_refusal` learned meanwhile."""
+    from jax._src.cudnn import fused_attention_stablehlo
+    from attention_jax.speed import forms
+    forms.cudnn_refusal.cache_clear()
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setattr(fused_attention_stablehlo, "check_cudnn_version", lambda: 91000)   # cuDNN 9.10
+        yield
+    forms.cudnn_refusal.cache_clear()
+
+
+@pytest.fixture(scope="session")
+def torch():
+    """PyTorch, the oracle of the parity tests; the test skips, saying why, where it is not installed."""
+    from helpers import oracle
+    torch = oracle("torch")
+    torch.set_num_threads(1)
+    return torch
