@@ -1,8 +1,9 @@
 """The results pages: docs/results/<name>.md written from committed results files, never typed.
 
     python -m experiments.pages --take results    # copy a cpu-preset run's results.json and PNGs into docs/results/
-    python -m experiments.pages                   # write every page, the index, README's experiments table and
-                                                  # the current figures in docs/performance.md
+    python -m experiments.pages                   # write every page, the index, README's experiments table,
+                                                  # the current figures in docs/performance.md and the CI legs
+                                                  # (README, docs/install.md)
     python -m experiments.pages --check           # exit 1 naming each page that differs from what it would write
 
 A page holds what ran the experiment and how long it took, the book's figures beside ours,
@@ -28,6 +29,10 @@ README = ROOT / "README.md"
 PERFORMANCE = ROOT / "docs" / "performance.md"
 BEGIN, END = "<!-- experiments table: python -m experiments.pages -->", "<!-- end of the experiments table -->"
 FIGURES = "<!-- current figures: python -m experiments.pages -->", "<!-- end of the current figures -->"
+# What each CI leg ran on (docs/ci/<leg>.json, written by the leg: tools/ci_legs.py), in README and install.md.
+CI = ROOT / "docs" / "ci"
+INSTALL = ROOT / "docs" / "install.md"
+LEGS = "<!-- ci legs: python -m experiments.pages -->", "<!-- end of the ci legs -->"
 # The benchmarks whose committed cpu-preset figures docs/performance.md shows, and the tables it carries whole.
 BENCHMARKS = {"throughput": ("Training step",), "generation": ("ms per token", "ours against transformers"),
               "complexity": ()}
@@ -170,6 +175,17 @@ def between(text: str, markers: tuple[str, str], body: str, where: str) -> str:
     return f"{head}{begin}\n{body}\n{end}{tail}"
 
 
+def ci_legs() -> str:
+    """The CI legs' records as a table: what each ran, on which Python and versions, and pytest's closing line."""
+    records = sorted((json.loads(p.read_text(encoding="utf-8")) for p in CI.glob("*.json")), key=lambda r: r["python"])
+    rows = [{"leg": r["what"], "python": r["python"],
+             "jax": f"jax {r['versions']['jax']}, jaxlib {r['versions']['jaxlib']}, flax {r['versions']['flax']}, "
+                    f"numpy {r['versions']['numpy']}, torch {r['versions']['torch']}",
+             "command": f"`{r['command']}`", "pytest": r["pytest"]} for r in records]
+    return report.format_table([("leg", "CI leg", ""), ("python", "Python", ""), ("jax", "versions", ""),
+                                ("command", "command", ""), ("pytest", "its last run", "")], rows)
+
+
 def performance_figures(results: dict[str, dict]) -> str:
     """The benchmarks' current figures, from their committed results: command, machine, claims, main tables."""
     from experiments.harness.platform import describe_backend
@@ -190,7 +206,9 @@ def expected() -> dict[pathlib.Path, str]:
     results = {n: load(n) for n in names()}
     files = {DOCS / f"{n}.md": page(n, r) for n, r in results.items()}
     files[DOCS / "index.md"] = index(results)
-    files[README] = readme_with_table(README.read_text(encoding="utf-8"), results)
+    legs = ci_legs()
+    files[README] = between(readme_with_table(README.read_text(encoding="utf-8"), results), LEGS, legs, "README.md")
+    files[INSTALL] = between(INSTALL.read_text(encoding="utf-8"), LEGS, legs, "docs/install.md")
     files[PERFORMANCE] = between(PERFORMANCE.read_text(encoding="utf-8"), FIGURES, performance_figures(results),
                                  "docs/performance.md")
     return files

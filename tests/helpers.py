@@ -174,7 +174,18 @@ def mlir_prelude() -> str:
             "share_mlir_contexts(); sys.path.pop(0)\n")
 
 
-# -- TransformerLens: the oracle of patching and circuits (the lab's, experiments/transformer_lens_ref.py) --
+# -- the oracles: torch, transformers, TransformerLens (the lab's, experiments/transformer_lens_ref.py) --
+
+ORACLE_MISSING = ("{} is not installed: the test oracles (torch, transformers, transformer-lens) come with the "
+                  "test extra, which CI's Python 3.12 leg leaves out (torch's CPU wheel is on its disk for Python "
+                  "3.11 only)")
+
+
+def oracle(name: str):
+    """The oracle module `name`, imported; the test skips, naming it, where it is not installed."""
+    import pytest
+    return pytest.importorskip(name, reason=ORACLE_MISSING.format(name))
+
 
 from experiments.transformer_lens_ref import random_gpt2 as tiny_gpt2, bridge as tl_bridge  # noqa: E402,F401
 

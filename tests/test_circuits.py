@@ -8,7 +8,6 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
-import torch
 from flax import nnx
 
 from attention_jax import circuits as C
@@ -17,7 +16,7 @@ from attention_jax.errors import ConfigError
 from attention_jax.model import LanguageModel
 from attention_jax.patching import logit_diff
 
-from helpers import tiny_gpt2, tl_bridge
+from helpers import oracle, tiny_gpt2, tl_bridge
 
 TINY = ModelConfig(vocab_size=50, context=8, d_model=32, n_layers=3, n_heads=4)
 
@@ -127,13 +126,14 @@ def test_what_an_analysis_does_not_mean_for_a_model_is_refused_in_one_line(chang
 # --- TransformerLens on the same weights --------------------------------------------------------
 
 @pytest.fixture(scope="module")
-def gpt2(tmp_path_factory):
+def gpt2(tmp_path_factory, torch):
+    oracle("transformers"), oracle("transformer_lens")
     ours, hf = tiny_gpt2(tmp_path_factory.mktemp("gpt2"))
     return ours, hf
 
 
 @pytest.mark.slow
-def test_composition_scores_and_ov_eigenvalues_equal_transformer_lens(gpt2):
+def test_composition_scores_and_ov_eigenvalues_equal_transformer_lens(gpt2, torch):
     ours, hf = gpt2
     bridge = tl_bridge(hf)
     with torch.no_grad():
@@ -148,7 +148,7 @@ def test_composition_scores_and_ov_eigenvalues_equal_transformer_lens(gpt2):
 
 
 @pytest.mark.slow
-def test_direct_logit_attribution_equals_transformer_lens_with_its_layernorm_folded(gpt2):
+def test_direct_logit_attribution_equals_transformer_lens_with_its_layernorm_folded(gpt2, torch):
     ours, hf = gpt2
     bridge = tl_bridge(hf, compatible=True)
     tokens = np.random.default_rng(3).integers(0, 101, (2, 10))

@@ -66,8 +66,11 @@ def test_a_page_changed_by_hand_is_caught(tmp_path, monkeypatch):
     monkeypatch.setattr(pages, "DOCS", tmp_path)
     shutil.copytree(ROOT / "docs" / "results" / name, tmp_path / name)
     readme = tmp_path / "README.md"
-    readme.write_text(f"x\n{pages.BEGIN}\n{pages.END}\n")
+    readme.write_text(f"x\n{pages.BEGIN}\n{pages.END}\n{pages.LEGS[0]}\n{pages.LEGS[1]}\n")
     monkeypatch.setattr(pages, "README", readme)
+    install = tmp_path / "install.md"
+    install.write_text(f"z\n{pages.LEGS[0]}\n{pages.LEGS[1]}\n")
+    monkeypatch.setattr(pages, "INSTALL", install)
     performance = tmp_path / "performance.md"
     performance.write_text(f"y\n{pages.FIGURES[0]}\n{pages.FIGURES[1]}\n")
     monkeypatch.setattr(pages, "PERFORMANCE", performance)

@@ -7,18 +7,14 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
-import torch
 from flax import nnx
 
 from attention_jax import functional as F
 from attention_jax.config import MIXERS, POSITIONS, ModelConfig
 from attention_jax.inspect import Record, replaced
 from attention_jax.model import Block, Head, LanguageModel, MultiHeadAttention, UniformAverage
-from experiments.torch_ref import TwinBlock as TorchBlock, TwinLM as TorchLM, as_torch as _t, torch_mha
 
 from helpers import forward
-
-torch.set_num_threads(1)
 
 TINY = ModelConfig(vocab_size=50, context=8, d_model=32, n_layers=2, n_heads=4)
 B, T = 2, 8
@@ -46,49 +42,59 @@ def hidden(seed=0, shape=(B, T, 32)):
     return jnp.asarray(np.random.default_rng(seed).standard_normal(shape), jnp.float32)
 
 
-FUTURE = torch.ones(T, T, dtype=torch.bool).triu(1)                    # torch MHA: True = may NOT attend
+@pytest.fixture(scope="module")
+def twin(torch):
+    """The torch twins (experiments/torch_ref.py): with the oracle installed, else the test skips."""
+    from experiments import torch_ref
+    return torch_ref
+
+
+def future(torch):
+    return torch.ones(T, T, dtype=torch.bool).triu(1)                  # torch MHA: True = may NOT attend
 
 
 @pytest.mark.slow
 @pytest.mark.parametrize("qkv_bias, bias", [(True, True), (False, False), (False, True)])
 @pytest.mark.parametrize("mask_kind", ["bool", "float"])
-def test_multi_head_attention_matches_torch_multihead_attention(qkv_bias, bias, mask_kind, parity):
+def test_multi_head_attention_matches_torch_multihead_attention(qkv_bias, bias, mask_kind, parity, torch, twin):
     mha = randomize(MultiHeadAttention(config(qkv_bias=qkv_bias, bias=bias), rngs=nnx.Rngs(0)))
-    mask = FUTURE if mask_kind == "bool" else torch.zeros(T, T).masked_fill(FUTURE, float("-inf"))
-    x = hidden()
-    theirs, _ = torch_mha(mha)(_t(x), _t(x), _t(x), attn_mask=mask, need_weights=False)
-    parity(f"MultiHeadAttention vs torch MHA (qkv_bias={qkv_bias}, bias={bias}, {mask_kind} mask)", mha(x), theirs)
+    mask = future(torch) if mask_kind == "bool" else torch.zeros(T, T).masked_fill(future(torch), float("-inf"))
+    x = twin.as_torch(hidden())
+    theirs, _ = twin.torch_mha(mha)(x, x, x, attn_mask=mask, need_weights=False)
+    parity(f"MultiHeadAttention vs torch MHA (qkv_bias={qkv_bias}, bias={bias}, {mask_kind} mask)", mha(hidden()),
+           theirs)
 
 
 @pytest.mark.slow
-def test_sown_attention_weights_match_torch_per_head_weights(parity):
+def test_sown_attention_weights_match_torch_per_head_weights(parity, torch, twin):
     mha = randomize(MultiHeadAttention(config(qkv_bias=True), rngs=nnx.Rngs(0)))
     x = hidden()
     # the hook point swapped for a recorder: the model as built computes the weights
     with replaced(mha, {"attention.hook_weights": Record()}):
         _, sown = nnx.capture(mha, nnx.Intermediate)(x)
     weights = sown["attention"]["hook_weights"]["value"].get_value()[0]   # sow keeps a tuple of the calls' values
-    _, theirs = torch_mha(mha)(_t(x), _t(x), _t(x), attn_mask=FUTURE, need_weights=True, average_attn_weights=False)
+    t = twin.as_torch(x)
+    _, theirs = twin.torch_mha(mha)(t, t, t, attn_mask=future(torch), need_weights=True, average_attn_weights=False)
     chex.assert_shape(weights, (B, 4, T, T))
     parity("sown attention weights vs torch MHA per-head weights", weights, theirs)
 
 
 @pytest.mark.slow
-def test_pre_norm_block_matches_torch_twin(parity):
+def test_pre_norm_block_matches_torch_twin(parity, twin):
     block = randomize(Block(config(qkv_bias=True), rngs=nnx.Rngs(0)))
     x = hidden()
-    theirs = TorchBlock(config(qkv_bias=True)).load(block)(_t(x))
+    theirs = twin.TwinBlock(config(qkv_bias=True)).load(block)(twin.as_torch(x))
     parity("pre-norm Block vs torch twin", block(x), theirs)
 
 
 @pytest.mark.parametrize("tied, qkv_bias", [(False, False), (True, True)], ids=["untied", "tied_gpt2_style"])
-def test_language_model_logits_match_torch_twin(tied, qkv_bias, parity):
+def test_language_model_logits_match_torch_twin(tied, qkv_bias, parity, torch, twin):
     cfg = config(tie_embeddings=tied, qkv_bias=qkv_bias)
     model = randomize(LanguageModel(cfg, rngs=nnx.Rngs(0)))
     if tied:
         assert model.lm_head is None
     idx = tokens()
-    theirs = TorchLM(cfg).load(model)(torch.from_numpy(np.array(idx)).long())
+    theirs = twin.TwinLM(cfg).load(model)(torch.from_numpy(np.array(idx)).long())
     logits = model(idx)
     chex.assert_shape(logits, (B, T, 50))
     parity(f"LanguageModel vs torch twin ({'tied' if tied else 'untied'})", logits, theirs)

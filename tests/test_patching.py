@@ -5,7 +5,6 @@ Hugging Face weights (its TransformerBridge, one forward per patch)."""
 
 import numpy as np
 import pytest
-import torch
 import jax.numpy as jnp
 from flax import nnx
 
@@ -16,7 +15,7 @@ from attention_jax.model import LanguageModel
 from attention_jax.patching import (HOOKS, activation_patch, attribution_patch, logit_diff,
                                     normalized_logit_diff)
 
-from helpers import tiny_gpt2, tl_bridge
+from helpers import oracle, tiny_gpt2, tl_bridge
 
 TINY = ModelConfig(vocab_size=50, context=8, d_model=32, n_layers=2, n_heads=4)
 
@@ -166,7 +165,8 @@ TL = {("resid_pre", "position"): ("get_act_patch_resid_pre", None),
 
 
 @pytest.fixture(scope="module")
-def gpt2(tmp_path_factory):
+def gpt2(tmp_path_factory, torch):
+    oracle("transformers"), oracle("transformer_lens")
     ours, hf = tiny_gpt2(tmp_path_factory.mktemp("gpt2"))
     clean = np.random.default_rng(2).integers(0, 101, (2, 10))
     corrupted = clean.copy()
@@ -175,7 +175,7 @@ def gpt2(tmp_path_factory):
 
 
 @pytest.mark.slow
-def test_every_sweep_equals_transformer_lens_on_the_same_weights(gpt2):
+def test_every_sweep_equals_transformer_lens_on_the_same_weights(gpt2, torch):
     import transformer_lens.patching as tl_patching
     ours, bridge, clean, corrupted = gpt2
     metric = normalized_logit_diff(ours, clean, corrupted, 5, 6)

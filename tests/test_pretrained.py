@@ -12,13 +12,15 @@ from attention_jax.errors import CheckpointError, ConfigError, DataError
 from attention_jax.generate import generate
 from attention_jax.inspect import count_params
 
-torch = pytest.importorskip("torch")
+from helpers import oracle
+
+torch = oracle("torch")      # every test here reads checkpoints that transformers writes
 
 
 def hf():
     """transformers, imported by the tests that use it, not when the file is collected: every xdist
     worker collects every file, and the import costs seconds."""
-    return pytest.importorskip("transformers")
+    return oracle("transformers")
 
 
 SHAPES = {   # several layers and heads, a vocabulary no multiple of 64, exact GELU, an untied output

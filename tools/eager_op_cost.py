@@ -14,6 +14,7 @@ import os
 import pathlib
 import statistics
 import sys
+import tempfile
 import time
 
 TESTS = pathlib.Path(__file__).resolve().parents[1] / "tests"
@@ -28,8 +29,9 @@ def main(argv=None) -> int:
         p.error("--rounds and --shapes must be at least 1")
     os.environ["JAX_ENABLE_COMPILATION_CACHE"] = "false"      # read when jax is imported
     sys.path.insert(0, str(TESTS))
-    from conftest import TEST_XLA_FLAGS                         # the suite's flags, read when XLA starts
-    os.environ["XLA_FLAGS"] = f"{os.environ.get('XLA_FLAGS', '')} {TEST_XLA_FLAGS}".strip()
+    from conftest import TEST_XLA_FLAGS, known_xla_flags      # the suite's flags, read when XLA starts
+    flags = known_xla_flags(TEST_XLA_FLAGS, tempfile.gettempdir())
+    os.environ["XLA_FLAGS"] = f"{os.environ.get('XLA_FLAGS', '')} {flags}".strip()
     import jax
     import jax.monitoring
     import jax.numpy as jnp
