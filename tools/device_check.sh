@@ -1,20 +1,25 @@
 #!/usr/bin/env bash
-# The GPU check of issue 13, prepared so a session lent a device machine spends its few
-# minutes of device time running it, not writing it. Two steps:
+# The GPU check (issue 61), prepared so a session lent a device machine spends its few minutes of
+# device time running it, not writing it. Two steps:
 #
-#   bash tools/device_check.sh prepare      # here, once: the corpus and a flax wheel, in ignored folders
+#   bash tools/device_check.sh prepare      # here, once: the corpus and flax wheels, in ignored folders
 #   run(command="bash tools/device_check.sh", carry=[".devdata", ".whl"], timeout_s=540)   # the device tool
 #
-# On the device machine (its own python3 with jax and a CUDA plugin; nothing can be fetched
-# there) it prints the versions and the GPU, trains the paper-preset ladder (all ten rows,
-# the issue's goal: under 2 minutes of wall time including compiles) and times the one-block
-# step for every attention backend and dtype (tokens/s, MFU against the GPU's own measured
-# matmul peak). What comes back under $OUT: versions.log, fused_parity.log, ladder.log, ladder_table.md,
-# ladder_results.json, throughput.log, throughput_table.md. `PRESET=smoke bash
-# tools/device_check.sh` runs the same plumbing on a CPU in about two minutes (OUT defaults to a
-# temporary folder).
+# On the device machine (its own python3 with jax and a CUDA plugin; nothing can be fetched there)
+# it first checks, in seconds, that flax's nnx and this project import and take a gradient on the
+# image's own jax, with the image's own flax when that fits, else with the newest carried flax
+# wheel that does (flax 0.12.8 needs jax < 0.11, 0.12.10 and later jax >= 0.11.1), and stops
+# with one line when none does, before any minute is spent. Then it prints the versions and the
+# GPU, runs tools/fused_parity.py, trains the paper-preset ladder (all ten rows, the goal: under 2
+# minutes of wall time including compiles) and times the one-block step for every attention form
+# and dtype (tokens/s, MFU against the GPU's own measured matmul peak). What comes back under
+# $OUT: versions.log, fused_parity.log, ladder.log, ladder_table.md, ladder_results.json,
+# throughput.log, throughput_table.md. docs/performance.md ("On a GPU") estimates its time on an
+# H100. `PRESET=smoke bash tools/device_check.sh` runs the same plumbing on a CPU in about two
+# minutes (OUT defaults to a temporary folder).
 set -uo pipefail
 cd "$(dirname "$0")/.."
+FLAX_WHEELS="flax==0.12.8 flax==0.12.10 flax==0.12.12"   # the newest first at run time; each for some jax
 
 if [ "${1:-}" = "prepare" ]; then
   grep -qx '/.devdata/' .git/info/exclude 2>/dev/null || echo '/.devdata/' >> .git/info/exclude
@@ -22,23 +27,75 @@ if [ "${1:-}" = "prepare" ]; then
   mkdir -p .devdata .whl
   data="${ATTENTION_JAX_DATA:-../shared/data}"
   cp "$data/tinyshakespeare.txt" .devdata/ || { echo "error: no tinyshakespeare.txt in $data: set ATTENTION_JAX_DATA"; exit 2; }
-  # flax 0.12.8 is pure Python; the device image's own flax may be older than this project needs.
-  python3 -m pip download -q --no-deps --only-binary=:all: --python-version 3.12 --implementation cp \
-    --platform manylinux_2_17_x86_64 --platform any -d .whl "flax==0.12.8" || exit 2
+  # flax is pure Python: one wheel serves every Python 3 the image may have.
+  for wheel in $FLAX_WHEELS; do
+    python3 -m pip download -q --no-deps --only-binary=:all: --python-version 3.12 --implementation cp \
+      --platform manylinux_2_17_x86_64 --platform any -d .whl "$wheel" || exit 2
+  done
   du -sh .devdata .whl
   exit 0
 fi
 
+export PYTHONPATH="$PWD" PYTHONUNBUFFERED=1
+# What the run needs of flax and the project: nnx's modules and a gradient through them, and every
+# module the steps below import. Seconds, on the image's own jax.
+FITS='import jax, jax.numpy as jnp
+from flax import nnx
+m = nnx.Linear(2, 2, rngs=nnx.Rngs(0))
+nnx.grad(lambda m: m(jnp.ones((1, 2))).sum())(m)
+import attention_jax.train, attention_jax.speed.forms, experiments.ladder, experiments.throughput'
+
+# The carried wheels that declare they fit this jax, newest first (a wheel's Requires-Dist: jax>=X).
+candidates() {
+  python3 - .whl/flax-*.whl <<'PY'
+import re, sys, zipfile
+from importlib.metadata import version
+number = lambda v: tuple(int(x) for x in re.findall(r"\d+", v)[:3])
+jax = number(version("jax"))
+fits = []
+for wheel in sys.argv[1:]:
+    try:
+        meta = next(zipfile.ZipFile(wheel).read(n).decode() for n in zipfile.ZipFile(wheel).namelist()
+                    if n.endswith(".dist-info/METADATA"))
+    except (OSError, StopIteration, zipfile.BadZipFile):
+        continue
+    need = re.search(r"^Requires-Dist: jax\s*>=\s*([0-9.]+)", meta, re.M)
+    if need is None or jax >= number(need.group(1)):
+        fits.append((number(re.search(r"^Version: (.+)$", meta, re.M).group(1)), wheel))
+print("\n".join(w for _, w in sorted(fits, reverse=True)))
+PY
+}
+
+choose_flax() {
+  local why
+  if why=$(python3 -c "$FITS" 2>&1); then
+    echo "flax: the image's own, $(python3 -c 'import flax; print(flax.__version__)')"
+    return 0
+  fi
+  echo "the image's flax does not fit its jax: $(echo "$why" | tail -1)"
+  for wheel in $(candidates 2>/dev/null); do
+    local site="/tmp/site-$(basename "$wheel" .whl)"
+    python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target "$site" "$wheel" \
+      >/dev/null 2>&1 || continue
+    if why=$(PYTHONPATH="$site:$PWD" python3 -c "$FITS" 2>&1); then
+      export PYTHONPATH="$site:$PWD"
+      echo "flax: carried $(basename "$wheel")"
+      return 0
+    fi
+    echo "carried $(basename "$wheel") does not fit either: $(echo "$why" | tail -1)"
+  done
+  echo "error: no flax here fits jax $(python3 -c 'import jax; print(jax.__version__)' 2>&1 | tail -1) with this project" \
+       "(carried: $(ls .whl 2>/dev/null | tr '\n' ' ')); run 'bash tools/device_check.sh prepare' with a flax for it"
+  return 1
+}
+
 PRESET="${PRESET:-paper}"
 OUT="${OUT:-$(mktemp -d)}"
 RESULTS="$(mktemp -d)"
-if ls .whl/*.whl >/dev/null 2>&1; then
-  python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/site .whl/*.whl \
-    && export PYTHONPATH=/tmp/site
-else
-  echo "note: no wheels in .whl/ ('bash tools/device_check.sh prepare' was not run here): the image's own flax is used"
-fi
-export PYTHONPATH="${PYTHONPATH:+$PYTHONPATH:}$PWD" PYTHONUNBUFFERED=1
+choose_flax 2>&1 | tee "$OUT/versions.log"
+[ "${PIPESTATUS[0]}" = 0 ] || exit 2
+site=$(sed -n 's/^flax: carried \(.*\)\.whl$/\1/p' "$OUT/versions.log")    # the pipe's subshell lost the export
+[ -n "$site" ] && export PYTHONPATH="/tmp/site-$site:$PWD"
 export ATTENTION_JAX_DATA="${ATTENTION_JAX_DATA:-$PWD/.devdata}" ATTENTION_JAX_CACHE="$RESULTS/cache"
 
 {
@@ -47,7 +104,7 @@ export ATTENTION_JAX_DATA="${ATTENTION_JAX_DATA:-$PWD/.devdata}" ATTENTION_JAX_C
   python3 -c "import sys, jax, flax, optax, orbax.checkpoint as o, tokenizers
 print('python', sys.version.split()[0], 'jax', jax.__version__, 'flax', flax.__version__, 'optax', optax.__version__,
       'orbax-checkpoint', o.__version__, 'tokenizers', tokenizers.__version__, 'devices', jax.devices())"
-} 2>&1 | tee "$OUT/versions.log"
+} 2>&1 | tee -a "$OUT/versions.log"
 
 # Which kernel the fused backend runs (cuDNN's flash kernel in half precision, by name) and
 # its parity with the reference, forward and gradients, with and without an ALiBi bias.
