@@ -26,8 +26,9 @@ import jax.numpy as jnp
 import numpy as np
 
 from attention_jax.errors import ConfigError
-from attention_jax.inspect import attention_blocks, head_weights, run_with_cache
-from attention_jax.patching import Sweep
+from attention_jax.inspect import attention_blocks, deterministic, head_weights, run_with_cache
+from attention_jax.layers import check_ids
+from attention_jax.patching import Sweep, check_answers
 
 
 @dataclasses.dataclass(frozen=True)
@@ -165,10 +166,22 @@ def direct_logit_attribution(model, tokens, answer, wrong, *, position: int = -1
     over the batch. `by="component"`: embed, positions, then each block's attention and MLP outputs;
     `by="head"`: each head's output, [L, H], without what it adds whatever it attends to (W_O's
     bias, and `value_bias` through W_O, since a row of weights sums to 1), as TransformerLens counts.
-    The parts, with the biases and the LayerNorm's shift, add up to the logit difference itself."""
+    The parts, with the biases and the LayerNorm's shift, add up to the logit difference itself.
+    Dropout is off (`inspect.deterministic`)."""
     _post_norm(model, "direct logit attribution")
+    if not model.config.residual:
+        raise ConfigError("direct logit attribution adds up the residual stream's parts, and this model has "
+                          "residual=False: each block replaces the stream, so no sum of parts reaches the logits; "
+                          "use a residual model")
     if by not in ("component", "head"):
         raise ConfigError(f"by={by!r}; choose 'component' or 'head'")
+    model, tokens = deterministic(model), np.asarray(tokens)
+    if tokens.ndim != 2 or not tokens.size:
+        raise ConfigError(f"tokens must be [B, T] token ids with B, T >= 1, got shape {tokens.shape}")
+    check_ids(tokens, model.config.vocab_size)
+    if not -tokens.shape[1] <= position < tokens.shape[1]:
+        raise ConfigError(f"position={position} is outside the text's {tokens.shape[1]} positions")
+    check_answers(answer, wrong, tokens.shape[0], model.config.vocab_size)
     tokens = jnp.asarray(tokens)
     names = ["embed", "final"] + (["positions"] if model.config.positions in ("learned", "sinusoidal") else []) + \
         (["blocks.*.mixer.z"] if by == "head" else [n for n in ("blocks.*.mixer_out", "blocks.*.ffn_out")

@@ -46,6 +46,17 @@ def param_breakdown(model_or_config) -> dict[str, int]:
     return counts
 
 
+def deterministic(model):
+    """`model` as an analysis reads it: with dropout off. A model with dropout on is copied (the
+    caller's is left as it is) and the copy set to eval mode; one without is returned itself."""
+    if not any(isinstance(m, nnx.Dropout) and not m.deterministic for _, m in nnx.iter_modules(model)):
+        return model
+    graphdef, state = nnx.split(model)
+    copy = nnx.merge(graphdef, state, copy=True)
+    copy.eval()
+    return copy
+
+
 # --- select and replace ----------------------------------------------------------------------
 
 def _path(name: str) -> list:

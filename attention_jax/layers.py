@@ -164,12 +164,20 @@ class KVCache(nnx.Module):
 
 
 def check_ids(tokens, vocab_size: int) -> None:
-    """Refuse token ids outside [0, vocab_size) with one line, on concrete (host or eager) ids.
+    """Refuse, with one line, token ids that are no integers (floats, booleans) or are outside
+    [0, vocab_size) (this last on concrete, host or eager, ids; an empty batch has none outside).
 
-    Inside a compiled step the ids are abstract and this costs nothing: the engine checks
-    each batch on the host where it is made. An id out of range would otherwise give NaN
-    logits (too large) or silently read another row of the table (negative).
+    Inside a compiled step the ids are abstract and only their dtype is checked: the engine
+    checks each batch on the host where it is made. An id out of range would otherwise give
+    NaN logits (too large) or silently read another row of the table (negative); a float
+    would be truncated, and a boolean read as 0 or 1.
     """
+    dtype = getattr(tokens, "dtype", None)
+    if dtype is None:
+        dtype = np.asarray(tokens).dtype
+    if not np.issubdtype(dtype, np.integer):
+        raise DataError(f"token ids must be integers, got {np.dtype(dtype).name} values; encode the text with the "
+                        "model's own tokenizer (its ids are int32)")
     if isinstance(tokens, jax.core.Tracer):
         return
     ids = np.asarray(tokens)

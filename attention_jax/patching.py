@@ -28,7 +28,8 @@ import numpy as np
 from flax import nnx
 
 from attention_jax.errors import ConfigError
-from attention_jax.inspect import patched, run_with_cache
+from attention_jax.fingerprint import Keyed, fingerprint
+from attention_jax.inspect import deterministic, patched, run_with_cache
 from attention_jax.layers import check_ids
 
 # hook kind -> (its name in block i, the axes of its value after the batch's)
@@ -57,13 +58,21 @@ class Sweep:
         return float(self.values[at]), dict(zip(self.axes, map(int, at)))
 
 
+def check_answers(answer, wrong, batch: int, vocab: int) -> None:
+    """Answer and wrong ids: integers in the vocabulary, one for every text or one per text ([B]), or one line."""
+    for name, ids in (("answer", answer), ("wrong", wrong)):
+        if np.shape(ids) not in ((), (batch,)):
+            raise ConfigError(f"{name} has shape {np.shape(ids)}, and the batch holds {batch} text(s): give one id "
+                              f"for every text, or one per text ([{batch}])")
+        check_ids(ids, vocab)            # JAX would clamp an id past the vocabulary, silently
+
+
 def logit_diff(logits, answer, wrong, *, position: int = -1) -> jax.Array:
     """Mean over the batch of logit[answer] - logit[wrong] at `position` ([B] ids, or one id for all)."""
     B, T, V = logits.shape
     if not -T <= position < T:
         raise ConfigError(f"position={position} is outside the text's {T} positions (from {-T} to {T - 1})")
-    for ids in (answer, wrong):         # JAX would clamp an id past the vocabulary, silently
-        check_ids(ids, V)
+    check_answers(answer, wrong, B, V)
     at = logits[:, position]                                            # [B, V]
     rows = jnp.arange(B)
     pick = lambda ids: at[rows, jnp.broadcast_to(jnp.asarray(ids), rows.shape)]
@@ -71,7 +80,9 @@ def logit_diff(logits, answer, wrong, *, position: int = -1) -> jax.Array:
 
 
 def normalized_logit_diff(model, clean, corrupted, answer, wrong, *, position: int = -1) -> Callable:
-    """A metric over logits: 1 where the logit difference is the clean run's, 0 where it is the corrupted's."""
+    """A metric over logits: 1 where the logit difference is the clean run's, 0 where it is the corrupted's
+    (a patch can overshoot either end: values past 0 and 1 are real)."""
+    model = deterministic(model)
     ld = lambda tokens: float(logit_diff(model(jnp.asarray(tokens)), answer, wrong, position=position))
     high, low = ld(clean), ld(corrupted)
     if high == low:
@@ -82,7 +93,8 @@ def normalized_logit_diff(model, clean, corrupted, answer, wrong, *, position: i
 
 @dataclasses.dataclass(frozen=True)
 class _Normalized:
-    """(logit_diff - corrupted) / (clean - corrupted): hashable, so sweeps with it reuse their programs."""
+    """(logit_diff - corrupted) / (clean - corrupted): equal to another by its values (the ids' too), so
+    sweeps with an equal one reuse their programs."""
     answer: object
     wrong: object
     position: int
@@ -90,11 +102,10 @@ class _Normalized:
     corrupted: float
 
     def __hash__(self):
-        return hash((np.asarray(self.answer).tobytes(), np.asarray(self.wrong).tobytes(), self.position, self.clean,
-                     self.corrupted))
+        return hash(fingerprint(self))
 
     def __eq__(self, other):
-        return isinstance(other, _Normalized) and hash(self) == hash(other)
+        return isinstance(other, _Normalized) and fingerprint(self) == fingerprint(other)
 
     def __call__(self, logits):
         ld = logit_diff(logits, self.answer, self.wrong, position=self.position)
@@ -130,18 +141,30 @@ def _plan(model, clean, corrupted, hook: str, by: str, into: str):
 _NOT_ONE = "metric returns {}, not one number: reduce it over the batch (e.g. a mean) so each patch gets a value"
 
 
-def _check_metric(metric, logits_shape=None) -> None:
-    """A metric the sweep can compile: hashable (it keys the program), and (given the logits' shape)
-    one number from them."""
-    try:
-        hash(metric)
-    except TypeError:
-        raise ConfigError(f"metric {type(metric).__name__} is not hashable, and it keys the compiled sweep; pass a "
-                          "function (a def or lambda) or a frozen dataclass") from None
+def _check_metric(metric, logits_shape=None) -> Keyed:
+    """A metric the sweep can compile, keyed by what it computes with (`fingerprint.Keyed`: a metric
+    that reads a global is not served the program of the global's old value); given the logits'
+    shape, checked to give one number from them."""
+    if not callable(metric):
+        raise ConfigError(f"metric {type(metric).__name__} is not callable: pass a function of the logits [B, T, V] "
+                          "that returns one number")
     if logits_shape is not None:
         out = jax.eval_shape(metric, jax.ShapeDtypeStruct(logits_shape, jnp.float32))
         if getattr(out, "shape", None) != ():
             raise ConfigError(_NOT_ONE.format(getattr(out, "shape", type(out).__name__)))
+    return Keyed(metric)
+
+
+MEMORY = 1 << 30     # bytes of activations the default batch of side-by-side patched forwards may hold
+
+
+def side_by_side(config, shape) -> int:
+    """How many patched forwards of `shape` ([B, T] tokens) fit in `MEMORY`: each holds, in float32,
+    every block's residual stream, projections, feed-forward and [H, T, T] scores, and the logits."""
+    B, T = shape
+    per_block = 8 * config.d_model + 2 * config.d_ff * config.feed_forward + 3 * config.heads_used * T
+    one = 4 * B * T * (config.n_layers * per_block + 2 * config.vocab_size)
+    return max(1, MEMORY // one)
 
 
 def _mask(shape, axes, by, index, layer):
@@ -180,17 +203,19 @@ def activation_patch(model, clean, corrupted, metric: Callable, *, hook: str = "
     `hook` value taken from the other run, for every block and every index of `by`: [layer, *by].
 
     `metric(logits [B, T, V]) -> scalar`, e.g. `normalized_logit_diff(...)`. `batch_size`: patched
-    forwards computed side by side (default all of them; fewer to bound memory)."""
+    forwards computed side by side (default: as many as fit in `MEMORY` bytes of activations, by
+    the model's size; fewer to bound memory further). Dropout is off (`inspect.deterministic`)."""
+    model = deterministic(model)
     target, source, names, grid = _plan(model, clean, corrupted, hook, by, into)
-    _check_metric(metric)
+    keyed = _check_metric(metric)
     if batch_size is not None and (isinstance(batch_size, bool) or not isinstance(batch_size, (int, np.integer))
                                    or batch_size < 1):
-        raise ConfigError(f"batch_size={batch_size!r} must be a whole number >= 1 (None: every patch at once)")
+        raise ConfigError(f"batch_size={batch_size!r} must be a whole number >= 1 (None: as many as fit in memory)")
     graphdef, state = nnx.split(model)
     indices = np.stack(np.unravel_index(np.arange(int(np.prod(grid))), grid), axis=-1).astype(np.int32)
-    size = min(batch_size or len(indices), len(indices))
+    size = min(int(batch_size or side_by_side(model.config, target.shape)), len(indices))
     values = _sweep(graphdef, state, target, source, indices, names=tuple(names),
-                    axes=HOOKS[hook][1], by=by, metric=metric, batch_size=size)
+                    axes=HOOKS[hook][1], by=by, metric=keyed, batch_size=size)
     if values.shape != (len(indices),):        # checked after the run: tracing the metric first costs each call
         raise ConfigError(_NOT_ONE.format(values.shape[1:]))
     return Sweep(np.asarray(values, np.float64).reshape(grid), ("layer", *BY[by]), hook)
@@ -202,12 +227,13 @@ def attribution_patch(model, clean, corrupted, metric: Callable, *, hook: str = 
     gradient at the target run times the change each patch makes (source - target), summed over
     the axes the patch covers. One forward and one backward pass. Exact where the metric is linear
     in the patched activation over the change; see docs/library.md for where it is not."""
+    model = deterministic(model)
     target, source, names, grid = _plan(model, clean, corrupted, hook, by, into)
-    _check_metric(metric, (*target.shape, model.config.vocab_size))
+    keyed = _check_metric(metric, (*target.shape, model.config.vocab_size))
     graphdef, state = nnx.split(model)
     came, was = (_recorded(graphdef, state, tokens, names=tuple(names)) for tokens in (source, target))
     grads = _gradients(graphdef, state, target, {n: jnp.zeros_like(was[n]) for n in names}, names=tuple(names),
-                       metric=metric)
+                       metric=keyed)
     axes = ("batch",) + HOOKS[hook][1]
     keep = [axes.index(a) for a in BY[by]]
     summed = lambda a: jnp.sum(a, axis=tuple(d for d in range(a.ndim) if d not in keep))

@@ -12,7 +12,7 @@ from flax import nnx
 
 from attention_jax import circuits as C
 from attention_jax.config import ModelConfig
-from attention_jax.errors import ConfigError
+from attention_jax.errors import ConfigError, DataError
 from attention_jax.model import LanguageModel
 from attention_jax.patching import logit_diff
 
@@ -113,10 +113,17 @@ def _bias_share(model, tokens, block):
     ({"norm": "post"}, lambda m: C.direct_logit_attribution(m, np.zeros((1, 8), int), 1, 2), "post-norm"),
     ({"mixer": "average"}, lambda m: C.ov(m), "attention in every block"),
     ({}, lambda m: C.composition_scores(m, "X"), "kind='X'"),
+    # residual=False: each block replaces the stream; its parts added up gave -2.94 for a logit difference of -0.91
+    ({"residual": False}, lambda m: C.direct_logit_attribution(m, np.zeros((1, 8), int), 1, 2), "residual=False"),
+    ({}, lambda m: C.direct_logit_attribution(m, np.zeros((1, 8), int), 50, 2), "token id 50 is outside"),
+    ({}, lambda m: C.direct_logit_attribution(m, np.zeros((2, 8), int), [1, 2, 3], 2),
+     r"answer has shape \(3,\), and the batch holds 2"),
+    ({}, lambda m: C.direct_logit_attribution(m, np.zeros((1, 8)), 1, 2), "token ids must be integers, got float64"),
+    ({}, lambda m: C.direct_logit_attribution(m, np.zeros((1, 0), int), 1, 2), r"tokens must be \[B, T\]"),
 ])
 def test_what_an_analysis_does_not_mean_for_a_model_is_refused_in_one_line(change, call, match):
     m = LanguageModel(dataclasses.replace(TINY, **change), rngs=nnx.Rngs(0))
-    with pytest.raises(ConfigError, match=match) as info:
+    with pytest.raises((ConfigError, DataError), match=match) as info:
         call(m)
     assert "\n" not in str(info.value)
     if change == {"positions": "rope"}:

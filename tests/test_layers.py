@@ -132,6 +132,16 @@ def test_check_ids_accepts_the_edges_of_the_vocabulary_and_an_empty_batch():
         check_ids(np.array([-3, 99]), 50)
 
 
+@pytest.mark.parametrize("ids", [np.array([1.0, 2.0]), np.array([True, False]), jnp.array([[0.5]])])
+def test_check_ids_refuses_ids_that_are_no_integers(ids):
+    """A float would be truncated and a boolean read as 0 or 1: refused, traced or not."""
+    with pytest.raises(DataError, match="token ids must be integers, got (float|bool)") as info:
+        check_ids(ids, 50)
+    assert "\n" not in str(info.value)
+    with pytest.raises(DataError, match="token ids must be integers"):
+        jax.jit(lambda t: check_ids(t, 50))(jnp.asarray(ids))
+
+
 def test_check_ids_costs_nothing_inside_a_compiled_function():
     """Traced ids cannot be checked (nor refused): the engine checks batches on the host."""
     f = jax.jit(lambda t: (check_ids(t, 5), t + 1)[1])

@@ -3,13 +3,16 @@ hook kind and axis; the reverse direction; the normalised metric's ends; attribu
 with exact patching where the patches are small; and every sweep equals TransformerLens' on the same
 Hugging Face weights (its TransformerBridge, one forward per patch)."""
 
+import dataclasses
+
 import numpy as np
 import pytest
 import jax.numpy as jnp
 from flax import nnx
 
 from attention_jax.config import ModelConfig
-from attention_jax.errors import ConfigError
+from attention_jax.errors import ConfigError, DataError
+from attention_jax.fingerprint import Keyed
 from attention_jax.inspect import patched, run_with_cache
 from attention_jax.model import LanguageModel
 from attention_jax.patching import (HOOKS, activation_patch, attribution_patch, logit_diff,
@@ -139,13 +142,84 @@ def test_what_a_compiled_sweep_would_clamp_or_fail_on_is_refused_first(case):
     with pytest.raises(ConfigError, match="position=8 is outside the text's 8 positions"):
         normalized_logit_diff(model, clean, corrupted, 3, 4, position=8)
     for bad, words in ((lambda logits: logits[:, -1, 3], r"returns \(3,\), not one number"),
-                       ({"not": "hashable"}, "is not hashable")):
+                       ({"not": "callable"}, "is not callable")):
         for patch in (activation_patch, attribution_patch):
             with pytest.raises(ConfigError, match=words):
                 patch(model, clean, corrupted, bad)
     for size in (0, -2, 1.5):
         with pytest.raises(ConfigError, match=f"batch_size={size!r} must be a whole number >= 1"):
             activation_patch(model, clean, corrupted, metric, batch_size=size)
+
+
+ANSWER = 3      # read by `reads_a_global`: a metric's global, changed between two sweeps
+
+
+def reads_a_global(logits):
+    return logit_diff(logits, ANSWER, 4)
+
+
+def test_a_metric_is_keyed_by_the_values_it_reads_not_by_its_identity(case):
+    """A compiled sweep is reused for a metric computing the same (one program), and never for one whose
+    global changed since: that sweep equals one with the new value written in."""
+    global ANSWER
+    from attention_jax.patching import _sweep
+    model, clean, corrupted, _ = case
+    ANSWER = 3
+    first = activation_patch(model, clean, corrupted, reads_a_global).values
+    compiled = _sweep._cache_size()
+    np.testing.assert_array_equal(activation_patch(model, clean, corrupted, reads_a_global).values, first)
+    assert _sweep._cache_size() == compiled                    # the same values: the same program
+    try:
+        ANSWER = 7
+        changed = activation_patch(model, clean, corrupted, reads_a_global).values
+    finally:
+        ANSWER = 3
+    written = activation_patch(model, clean, corrupted, lambda logits: logit_diff(logits, 7, 4)).values
+    np.testing.assert_allclose(changed, written, rtol=1e-6, atol=1e-6)
+    assert np.abs(changed - first).max() > 0.1
+
+
+def test_answers_must_match_the_batch_and_the_vocabulary(case):
+    model, clean, corrupted, _ = case                          # 3 texts
+    with pytest.raises(ConfigError, match=r"answer has shape \(2,\), and the batch holds 3 text\(s\)"):
+        normalized_logit_diff(model, clean, corrupted, np.array([1, 2]), 4)
+    with pytest.raises(DataError, match="token ids must be integers, got float"):
+        normalized_logit_diff(model, clean, corrupted, 3.0, 4)
+    with pytest.raises(DataError, match="token ids must be integers, got bool"):
+        activation_patch(model, clean.astype(bool), corrupted, reads_a_global)
+
+
+def test_a_model_with_dropout_is_analysed_with_dropout_off(case):
+    """Dropout on would make every patch a different draw (and, inside the compiled sweep, a JAX
+    trace error): the analyses copy the model in eval mode; the caller's model stays in training mode."""
+    _, clean, corrupted, _ = case
+    model = LanguageModel(dataclasses.replace(TINY, dropout=0.3), rngs=nnx.Rngs(0))
+    metric = normalized_logit_diff(model, clean, corrupted, 3, 4)
+    sweeps = [activation_patch(model, clean, corrupted, metric).values for _ in range(2)]
+    np.testing.assert_array_equal(*sweeps)
+    reference = nnx.merge(*nnx.split(model))
+    reference.eval()
+    np.testing.assert_allclose(sweeps[0], activation_patch(reference, clean, corrupted, metric).values, atol=1e-6)
+    attribution_patch(model, clean, corrupted, metric)
+    assert not model.blocks[0].mixer.attention.dropout.deterministic
+
+
+def test_the_default_batch_of_patches_fits_its_memory_bound():
+    """The default side-by-side batch keeps the compiled sweep's scratch memory near `MEMORY`, where
+    every patch at once held five times that."""
+    from attention_jax import patching
+    config = ModelConfig(vocab_size=8192, context=64, d_model=256, n_layers=4, n_heads=8)
+    model = LanguageModel(config, rngs=nnx.Rngs(0))
+    tokens = np.random.default_rng(0).integers(0, 8192, (8, 64))
+    size = patching.side_by_side(config, tokens.shape)
+    assert 1 <= size < 4 * 64                                  # fewer than every patch of resid_pre by position
+    graphdef, state = nnx.split(model)
+    indices = np.zeros((4 * 64, 2), np.int32)
+    names = tuple(f"blocks.{i}.resid_pre" for i in range(4))
+    lowered = patching._sweep.lower(graphdef, state, jnp.asarray(tokens), jnp.asarray(tokens), indices, names=names,
+                                    axes=HOOKS["resid_pre"][1], by="position", metric=Keyed(reads_a_global),
+                                    batch_size=size)
+    assert lowered.compile().memory_analysis().temp_size_in_bytes <= 1.5 * patching.MEMORY
 
 
 # --- TransformerLens on the same weights --------------------------------------------------------
