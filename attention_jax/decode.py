@@ -1,17 +1,44 @@
 """The compiled decoding loops `generate` runs, and the draw of each next token.
 
 `windows`: uncached, each step a whole window of `context` tokens of each row's text;
-`cached`: the prompt in one call (prefill), then one position a step, the keys and values
-kept. One `lax.scan` over the new tokens either way; `graphdef` and `state` are a model made
-ready to decode (`generate.Decoder`), so no call converts or lays out its weights again.
+`cached`: the prompt in one call (`prefill`), then one position a step (`extend`), the keys
+and values kept. `graphdef` and `state` are a model made ready to decode (`generate.Decoder`),
+so no call converts or lays out its weights again.
+
+The new tokens come in chunks, each one compiled call of a `while` loop whose length is an
+argument (one program for every chunk size): the first chunk a few tokens, each later one as
+many as take about `CHUNK_SECONDS` at the rate measured so far. Between chunks the host
+checks that every logit drawn from was finite (else `NotFinite`, before more are drawn), and a
+Ctrl-C ends the loop at the next chunk's end, the tokens drawn so far kept (`Stopped`).
 """
 from __future__ import annotations
 
 import functools
+import time
 
 import jax
 import jax.numpy as jnp
+import numpy as np
 from flax import nnx
+
+CHUNK_SECONDS = 0.25     # a Ctrl-C is answered within about this, and each chunk costs one call's launch
+FIRST_CHUNK = 4
+
+
+class NotFinite(Exception):
+    """The logits of new token `index` (0: the first) were NaN or infinite."""
+
+    def __init__(self, index: int):
+        self.index = index
+        super().__init__(index)
+
+
+class Stopped(Exception):
+    """Ctrl-C while decoding: `out` holds the tokens written so far, `done` of them new in each row."""
+
+    def __init__(self, out: np.ndarray, done: int):
+        self.out, self.done = out, done
+        super().__init__(done)
 
 
 def _argmax(logits) -> jax.Array:
@@ -43,45 +70,130 @@ def _draw(logits, key, temperature, greedy, top_k):
     return draw(logits, keys), key
 
 
-@functools.partial(jax.jit, static_argnames=("graphdef", "n", "greedy", "top_k"))
-def windows(graphdef, state, buf, lengths, key, temperature, *, n: int, greedy: bool, top_k):
-    """Uncached: every step runs the model on a whole window of `context` tokens of each row's text
-    (`buf`, its prompt `lengths[b]` long, padded on the right, where the causal mask hides it)."""
+def _finite(logits) -> jax.Array:
+    return jnp.all(jnp.isfinite(logits))
+
+
+@functools.partial(jax.jit, static_argnames=("graphdef", "greedy", "top_k"), donate_argnames=("buf",))
+def _windows(graphdef, state, buf, lengths, key, temperature, at, count, *, greedy: bool, top_k):
+    """Tokens `at` .. `at + count - 1` (new in each row), each from a whole window of `context` tokens of
+    its row's text (`buf`, its prompt `lengths[b]` long, padded on the right, where the causal mask hides
+    it): (buf, key, whether every logit drawn from was finite)."""
     model = nnx.merge(graphdef, state)
     B, T = buf.shape[0], model.config.context
     rows = jnp.arange(B)
 
-    def step(carry, i):
-        buf, key = carry
+    def step(i, carry):
+        buf, key, finite = carry
         length = lengths + i               # each row's tokens so far
         begin = jnp.maximum(length - T, 0)
         window = jax.vmap(lambda row, at: jax.lax.dynamic_slice(row, (at,), (T,)))(buf, begin)
-        token, key = _draw(model(window)[rows, length - 1 - begin], key, temperature, greedy, top_k)
-        return (buf.at[rows, length].set(token), key), None
+        logits = model(window)[rows, length - 1 - begin]
+        token, key = _draw(logits, key, temperature, greedy, top_k)
+        return buf.at[rows, length].set(token), key, finite & _finite(logits)
 
-    (buf, _), _ = jax.lax.scan(step, (buf, key), jnp.arange(n))
-    return buf
+    return jax.lax.fori_loop(at, at + count, step, (buf, key, jnp.bool_(True)))
 
 
-@functools.partial(jax.jit, static_argnames=("graphdef", "n", "greedy", "top_k"))
-def cached(graphdef, state, prompt, padding, key, temperature, *, n: int, greedy: bool, top_k):
-    """Cached: the prompts (left-padded to one length, `padding[b]` slots in row b) in one call
-    (prefill), then one position a step, its keys and values kept."""
+@functools.partial(jax.jit, static_argnames=("graphdef", "length"))
+def prefill(graphdef, state, prompt, padding, *, length: int):
+    """The prompts (left-padded to one length, `padding[b]` slots in row b) through the model in one
+    call, its cache made for `length` slots: (the model's state, its cache included; the logits of
+    each row's last position [B, V])."""
     model = nnx.merge(graphdef, state)
-    B, P = prompt.shape
-    model.init_cache(B, P + n - 1, padding=padding)   # the prompt and every new token but the last are fed back
+    model.init_cache(prompt.shape[0], length, padding=padding)
     logits = model(prompt)[:, -1]
-    cached, state = nnx.split(model)
+    return nnx.state(model), logits
 
-    def step(carry, _):
+
+def cached_graphdef(graphdef, state, batch: int, length: int):
+    """The graph of the model `prefill` returns the state of (its cache made), found without computing."""
+    def made(state):
+        model = nnx.merge(graphdef, state)
+        model.init_cache(batch, length)
+        return model
+    return nnx.graphdef(nnx.eval_shape(made, state))
+
+
+@functools.partial(jax.jit, static_argnames=("graphdef", "greedy", "top_k"), donate_argnames=("state", "out"))
+def extend(graphdef, state, logits, key, temperature, out, at, count, *, greedy: bool, top_k):
+    """`count` new tokens, each drawn from `logits`, written to `out` [B, N] at column `at` + i and fed
+    through the cached model for the next logits: (state, logits, key, out, whether every logit drawn
+    from was finite)."""
+    def step(i, carry):
         # Opaque to XLA each step: else it hoists the weights' conversion to float32 out of the loop,
         # and every token reads float32 weights, whatever dtype they are stored in.
-        state, logits, key = jax.lax.optimization_barrier(carry)
+        state, logits, key, out, finite = jax.lax.optimization_barrier(carry)
         token, key = _draw(logits, key, temperature, greedy, top_k)
-        model = nnx.merge(cached, state)
+        model = nnx.merge(graphdef, state)
+        finite = finite & _finite(logits)
         logits = model(token[:, None])[:, -1]
-        return (nnx.state(model), logits, key), token
+        return nnx.state(model), logits, key, jax.lax.dynamic_update_slice(out, token[:, None], (0, i)), finite
 
-    (_, logits, key), tokens = jax.lax.scan(step, (state, logits, key), None, length=n - 1)
-    last, _ = _draw(logits, key, temperature, greedy, top_k)
-    return jnp.concatenate([prompt, tokens.T, last[:, None]], axis=1)
+    return jax.lax.fori_loop(at, at + count, step, (state, logits, key, out, jnp.bool_(True)))
+
+
+@functools.partial(jax.jit, static_argnames=("greedy", "top_k"))
+def last(logits, key, temperature, *, greedy: bool, top_k):
+    """The last new token, drawn and not fed back: (tokens [B], whether the logits were finite)."""
+    return _draw(logits, key, temperature, greedy, top_k)[0], _finite(logits)
+
+
+def _chunks(total: int, run) -> None:
+    """Call `run(at, count)` over 0 .. total - 1 in chunks sized to take about CHUNK_SECONDS each;
+    `run` returns whether the logits were finite (else NotFinite at the chunk's first token)."""
+    at, rate = 0, None
+    while at < total:
+        count = FIRST_CHUNK if rate is None else max(1, int(CHUNK_SECONDS * rate))
+        count = min(count, total - at)
+        began = time.perf_counter()
+        if not run(at, count):
+            raise NotFinite(at)
+        took = time.perf_counter() - began
+        rate = None if rate is None and at == 0 and took > CHUNK_SECONDS else count / max(took, 1e-6)
+        at += count
+
+
+def cached(graphdef, state, prompt, padding, key, temperature, *, n: int, greedy: bool, top_k) -> np.ndarray:
+    """The prompts [B, P] followed by `n` new tokens each, [B, P + n], decoded with the cache."""
+    B, P = prompt.shape
+    length = P + n - 1                 # the prompt and every new token but the last are fed back
+    graph = cached_graphdef(graphdef, state, B, length)
+    state, logits = prefill(graphdef, state, prompt, padding, length=length)
+    c = {"state": state, "logits": logits, "key": key, "out": jnp.zeros((B, n), jnp.int32), "done": 0}
+
+    def run(at, count):
+        c["state"], c["logits"], c["key"], c["out"], finite = extend(
+            graph, c["state"], c["logits"], c["key"], temperature, c["out"], at, count, greedy=greedy, top_k=top_k)
+        finite = bool(finite)          # waits for the chunk: a Ctrl-C meanwhile is raised here
+        c["done"] = at + count
+        return finite
+
+    try:
+        _chunks(n - 1, run)
+        token, finite = last(c["logits"], c["key"], temperature, greedy=greedy, top_k=top_k)
+        finite = bool(finite)
+    except KeyboardInterrupt:
+        raise Stopped(np.concatenate([np.asarray(prompt), np.asarray(c["out"])[:, :c["done"]]], 1), c["done"]) from None
+    if not finite:
+        raise NotFinite(n - 1)
+    return np.concatenate([np.asarray(prompt), np.asarray(c["out"].at[:, n - 1].set(token))], axis=1)
+
+
+def windows(graphdef, state, buf, lengths, key, temperature, *, n: int, greedy: bool, top_k) -> np.ndarray:
+    """Uncached: `n` new tokens for each row of `buf` (its prompt `lengths[b]` long, padded on the right),
+    each step a whole window of `context` tokens; the buffer back, [B, max(context, P + n)]."""
+    carry = {"buf": buf, "key": key}
+    done = [0]
+
+    def run(at, count):
+        carry["buf"], carry["key"], finite = _windows(graphdef, state, carry["buf"], lengths, carry["key"],
+                                                      temperature, at, count, greedy=greedy, top_k=top_k)
+        finite = bool(finite)          # waits for the chunk: a Ctrl-C meanwhile is raised here
+        done[0] = at + count
+        return finite
+    try:
+        _chunks(n, run)
+    except KeyboardInterrupt:
+        raise Stopped(np.asarray(carry["buf"]), done[0]) from None
+    return np.asarray(carry["buf"])

@@ -64,3 +64,13 @@ class Preempted(KeyboardInterrupt):
         self.step = step
         super().__init__(f"preempted: every process saved step {step} and stopped; train again into the same "
                          "workdir to continue from it")
+
+
+class GenerationInterrupted(KeyboardInterrupt):
+    """Ctrl-C while `generate` decoded: `texts` holds each row's prompt and the `done` of `n` new tokens
+    it had drawn (a list of int32 arrays), so nothing finished is lost."""
+
+    def __init__(self, texts: list, done: int, n: int):
+        self.texts, self.done, self.n = texts, done, n
+        super().__init__(f"generation interrupted after {done} of {n} new tokens; the texts so far are in "
+                         "this exception's .texts")

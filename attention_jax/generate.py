@@ -25,7 +25,7 @@ from flax import nnx
 
 from attention_jax import decode
 from attention_jax.decode import next_token  # noqa: F401  (part of generate's API)
-from attention_jax.errors import ConfigError
+from attention_jax.errors import ConfigError, GenerationInterrupted
 from attention_jax.inspect import swap
 from attention_jax.model import Bidirectional, check_ids
 from attention_jax.speed import Speed, decoding, fast
@@ -63,6 +63,11 @@ def _stored(state, weights: str):
         return jax.tree_util.tree_map_with_path(levels, state)
     low = jnp.dtype(weights)
     return jax.tree.map(lambda a: a.astype(low) if a.ndim >= 2 and a.dtype == jnp.float32 else a, state)
+
+
+@jax.jit
+def _finite(params) -> jax.Array:
+    return jnp.all(jnp.stack([jnp.all(jnp.isfinite(a)) for a in jax.tree.leaves(params)]))
 
 
 def _check_weights(weights) -> None:
@@ -116,10 +121,11 @@ def _check_options(config, n, key, temperature, top_k) -> bool:
     vocab = config.vocab_size
     if isinstance(n, bool) or not isinstance(n, (int, np.integer)) or not 0 <= n <= MAX_NEW:
         raise ConfigError(f"n={n!r}: the number of tokens to generate must be a whole number from 0 to {MAX_NEW:,}")
-    if not (isinstance(temperature, (int, float, np.integer, np.floating)) and math.isfinite(temperature)
-            and temperature >= 0):
+    if isinstance(temperature, (bool, np.bool_)) or not (isinstance(temperature, (int, float, np.integer, np.floating))
+                                                         and math.isfinite(temperature) and temperature >= 0):
         raise ConfigError(f"temperature={temperature!r} must be a finite number >= 0 (0: greedy)")
-    if top_k is not None and not (isinstance(top_k, (int, np.integer)) and 1 <= top_k <= vocab):
+    if top_k is not None and (isinstance(top_k, (bool, np.bool_)) or
+                              not (isinstance(top_k, (int, np.integer)) and 1 <= top_k <= vocab)):
         raise ConfigError(f"top_k={top_k!r} must be a whole number from 1 to the vocabulary's {vocab}")
     greedy = temperature == 0 or np.float32(temperature) == 0    # too small for float32: the greedy limit
     if not greedy and key is None:
@@ -172,6 +178,7 @@ class Decoder:
             speed.form_for(model.config, self.backend)   # a form this model cannot take: one line, before compiling
         self.config, self.speed, self.weights = model.config, speed, weights
         self.graphdef, self.state = _prepared(model, speed, weights, self.backend)
+        self._finite = _finite(nnx.state(model, nnx.Param))   # the weights as given: says why logits were not
 
     def __call__(self, prompt, n: int, *, key=None, temperature: float = 1.0, top_k: int | None = None,
                  cache: bool = True):
@@ -182,23 +189,41 @@ class Decoder:
         key, temperature = jax.random.key(0) if key is None else key, jnp.float32(1.0 if greedy else temperature)
         if cache:
             padding = P - lengths
-            left = np.zeros((len(rows), P), np.int32)          # id 0 stands in the padding: no query reads it
+            buf = np.zeros((len(rows), P), np.int32)          # id 0 stands in the padding: no query reads it
             for r, (row, pad) in enumerate(zip(rows, padding)):
-                left[r, pad:] = row
-            out = left if n == 0 else np.asarray(decode.cached(self.graphdef, self.state, jnp.asarray(left),
-                                                         jnp.asarray(padding), key, temperature, **options))
-            texts = [out[r, pad:] for r, pad in enumerate(padding)]
+                buf[r, pad:] = row
+            starts, run = padding, lambda: decode.cached(self.graphdef, self.state, jnp.asarray(buf),
+                                                         jnp.asarray(padding), key, temperature, **options)
         else:
             buf = np.zeros((len(rows), max(T, P + n)), np.int32)
             for r, row in enumerate(rows):
                 buf[r, :len(row)] = row
-            out = buf if n == 0 else np.asarray(decode.windows(self.graphdef, self.state, jnp.asarray(buf),
-                                                         jnp.asarray(lengths), key, temperature, **options))
-            texts = [out[r, :length + n] for r, length in enumerate(lengths)]
-        texts = [np.asarray(t, np.int32) for t in texts]
+            starts, run = np.zeros_like(lengths), lambda: decode.windows(self.graphdef, self.state, jnp.asarray(buf),
+                                                                         jnp.asarray(lengths), key, temperature,
+                                                                         **options)
+        ends = lambda done: (padding + lengths if cache else lengths) + done   # each row's text ends there
+        try:
+            out = buf if n == 0 else run()
+        except decode.NotFinite as e:
+            raise ConfigError(self._not_finite(e.index)) from None
+        except decode.Stopped as e:
+            texts = [np.asarray(e.out[r, s:end], np.int32) for r, (s, end) in enumerate(zip(starts, ends(e.done)))]
+            raise GenerationInterrupted(texts, e.done, int(n)) from None
+        texts = [np.asarray(out[r, s:end], np.int32) for r, (s, end) in enumerate(zip(starts, ends(n)))]
         if len(set(lengths.tolist())) > 1:
             return texts
         return texts[0] if np.ndim(prompt) == 1 else np.stack(texts)
+
+    def _not_finite(self, index: int) -> str:
+        """Why the logits of new token `index` were NaN or infinite, and what to do about it."""
+        if not bool(self._finite):
+            return ("the model's parameters hold NaN or infinite values, so its logits are NaN: it cannot decode "
+                    "(a training run that diverged?); load or train a model whose weights are finite")
+        if self.weights == "float16":
+            return (f"the logits of new token {index} are not finite with weights='float16' (past float16's 65,504, or "
+                    "NaN): decode with weights='bfloat16' (float32's range in half the bytes) or 'float32'")
+        return (f"the model's logits for new token {index} are NaN or infinite with weights={self.weights!r}; decode "
+                "with weights='float32', and check the model's inputs")
 
 
 def generate(model, prompt, n: int, *, key=None, temperature: float = 1.0, top_k: int | None = None,

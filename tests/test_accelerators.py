@@ -119,16 +119,24 @@ SMALL = ModelConfig(vocab_size=64, context=16, d_model=32, n_layers=2, n_heads=4
 def test_cached_decoding_lowers_for_one_row_and_four_unequal(platform, weights):
     decoder = Decoder(LanguageModel(SMALL, rngs=nnx.Rngs(0)), weights=weights, backend=platform)
     for lengths in ([5], [5, 3, 4, 1]):
-        padding = jnp.asarray(5 - np.array(lengths), jnp.int32)
-        text = lowered(decode.cached, platform, decoder.graphdef, decoder.state,
-                       jnp.zeros((len(lengths), 5), jnp.int32), padding, jax.random.key(0), jnp.float32(1.0),
-                       n=4, greedy=True, top_k=None)
-        assert not [n for n in CPU_ONLY if n in text]
+        for text in decoding(decoder, platform, lengths):
+            assert not [n for n in CPU_ONLY if n in text]
     # The CPU's one-row product is what the check would see: it is there in the CPU's program.
     cpu = Decoder(LanguageModel(SMALL, rngs=nnx.Rngs(0)), weights=weights, backend="cpu")
-    text = lowered(decode.cached, "cpu", cpu.graphdef, cpu.state, jnp.zeros((1, 5), jnp.int32),
-                   jnp.zeros(1, jnp.int32), jax.random.key(0), jnp.float32(1.0), n=4, greedy=True, top_k=None)
-    assert "cpu_only" in text
+    assert "cpu_only" in decoding(cpu, "cpu", [5])[1]
+
+
+def decoding(decoder, platform: str, lengths: list[int]) -> tuple[str, str]:
+    """The prefill and the chunk of new tokens of cached decoding, exported for `platform`."""
+    B, P = len(lengths), max(lengths)
+    prompt, padding = jnp.zeros((B, P), jnp.int32), jnp.asarray(P - np.array(lengths), jnp.int32)
+    prefill = lowered(decode.prefill, platform, decoder.graphdef, decoder.state, prompt, padding, length=P + 3)
+    state, logits = jax.eval_shape(lambda s: decode.prefill(decoder.graphdef, s, prompt, padding, length=P + 3),
+                                   decoder.state)
+    graph = decode.cached_graphdef(decoder.graphdef, decoder.state, B, P + 3)
+    extend = lowered(decode.extend, platform, graph, state, logits, jax.random.key(0), jnp.float32(1.0),
+                     jnp.zeros((B, 4), jnp.int32), 0, 3, greedy=True, top_k=None)
+    return prefill, extend
 
 
 def _logit_diff(logits):

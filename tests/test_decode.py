@@ -49,12 +49,14 @@ def _written(hlo: str) -> set[tuple[str, tuple[int, ...]]]:
 @pytest.mark.parametrize("weights", ["bfloat16", "int8"])
 def test_the_weights_stay_as_stored_inside_the_compiled_decode(weights):
     """bfloat16 or int8, [out, in]: no float32 matrix of a weight's shape and no copy of one laid out [in, out]
-    anywhere in the program. Without the barrier in `decode.cached`, XLA hoists both out of the loop
+    anywhere in the program. Without the barrier in `decode.extend`, XLA hoists both out of the loop
     (a float32 token table, the layers copied back to [in, out]), and every token reads them."""
     decoder = Decoder(model(), weights=weights)
     prompt = jnp.zeros((1, 5), jnp.int32)
-    hlo = decode.cached.lower(decoder.graphdef, decoder.state, prompt, jnp.zeros((1,), jnp.int32), jax.random.key(0),
-                                   jnp.float32(1), n=4, greedy=True, top_k=None).compile().as_text()
+    state, logits = decode.prefill(decoder.graphdef, decoder.state, prompt, jnp.zeros((1,), jnp.int32), length=8)
+    graph = decode.cached_graphdef(decoder.graphdef, decoder.state, 1, 8)
+    hlo = decode.extend.lower(graph, state, logits, jax.random.key(0), jnp.float32(1), jnp.zeros((1, 4), jnp.int32), 0,
+                              3, greedy=True, top_k=None).compile().as_text()
     stored = {tuple(a.shape) for a in jax.tree.leaves(nnx.state(decoder.state, nnx.Param)) if a.ndim == 2}
     written = _written(hlo)
     widened = {shape for dtype, shape in written if dtype == "f32"} & (stored | {s[::-1] for s in stored})

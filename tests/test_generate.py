@@ -67,7 +67,7 @@ def test_what_cannot_be_generated_is_refused_in_one_line(model):
     with pytest.raises(DataError, match="outside the vocabulary"):
         generate(model, [TINY.vocab_size], 3, temperature=0)
     for bad in ({"n": -1}, {"n": 2.5}, {"temperature": -1.0}, {"temperature": float("nan")},
-                {"temperature": float("inf")}, {"top_k": 0},
+                {"temperature": float("inf")}, {"top_k": 0}, {"top_k": True}, {"temperature": True},
                 {"top_k": TINY.vocab_size + 1}):
         kw = {"n": 3, "temperature": 0.0, **bad}
         with pytest.raises(ConfigError):
@@ -111,3 +111,42 @@ def test_decoding_with_the_model_as_built_gives_the_tokens_the_speed_swap_gives(
     with pytest.raises(ConfigError, match="cannot compute positions='alibi'"):
         generate(LanguageModel(ModelConfig(vocab_size=37, context=8, d_model=32, positions="alibi"), rngs=nnx.Rngs(0)),
                  prompt, 2, temperature=0, speed=Speed(form="chunked"))
+
+
+def test_logits_that_are_not_finite_are_refused_not_decoded_as_token_0(model):
+    """float16 weights whose logits pass 65,504, or a model whose weights hold NaN, gave token 0 again and
+    again: refused in one line, naming the fix."""
+    loud = nnx.merge(*nnx.split(model), copy=True)
+    loud.lm_head.kernel[...] = loud.lm_head.kernel[...] * 3e5                 # past float16's range, not float32's
+    assert np.isfinite(np.asarray(forward(loud, jnp.asarray([[1, 2]])))).all()
+    for cache in (True, False):
+        with pytest.raises(ConfigError, match=r"not finite with weights='float16' .*decode with weights='bfloat16'"):
+            generate(loud, [1, 2], 4, temperature=0, weights="float16", cache=cache)
+    assert np.isfinite(generate(loud, [1, 2], 4, temperature=0, weights="bfloat16")).all()
+    broken = nnx.merge(*nnx.split(model), copy=True)
+    broken.blocks[0].mixer.out.kernel[...] = broken.blocks[0].mixer.out.kernel[...] * jnp.nan
+    with pytest.raises(ConfigError, match="the model's parameters hold NaN or infinite values") as info:
+        generate(broken, [[1, 2], [3, 4]], 6, temperature=0)
+    assert "\n" not in str(info.value)
+
+
+def test_ctrl_c_ends_a_long_generate_within_a_second_keeping_the_tokens_drawn(model):
+    """The tokens come in chunks of about a quarter of a second: an interrupt is answered at the next
+    chunk's end, and the texts drawn so far come with it, each the start of the uninterrupted text."""
+    import _thread
+    import threading
+    import time
+    from attention_jax.errors import GenerationInterrupted
+    prompt = [[5, 1, 30], [2, 2]]
+    generate(model, prompt, 50, temperature=0, cache=False)                    # compiled before the clock starts
+    timer = threading.Timer(1.0, _thread.interrupt_main)
+    began = time.perf_counter()
+    timer.start()
+    with pytest.raises(GenerationInterrupted) as info:
+        generate(model, prompt, 200_000, temperature=0, cache=False)
+    assert time.perf_counter() - began < 2.0                                   # 1 s, then within a second
+    e = info.value
+    assert 0 < e.done < 200_000 and [len(t) for t in e.texts] == [3 + e.done, 2 + e.done]
+    whole = generate(model, prompt, min(e.done, 64), temperature=0, cache=False)
+    for got, want in zip(e.texts, whole):
+        np.testing.assert_array_equal(got[:len(want)], want)
