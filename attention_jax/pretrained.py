@@ -22,11 +22,14 @@ import jax.numpy as jnp
 import numpy as np
 from flax import nnx
 
-from attention_jax.config import ModelConfig
+from attention_jax.config import DTYPES, ModelConfig
 from attention_jax.errors import CheckpointError, ConfigError, DataError
 from attention_jax.model import LanguageModel
 
 FILES = ("config.json", "model.safetensors")
+# A model of ours that computes in bfloat16 says so here (GPT-2's own keys have no place for it; Hugging
+# Face keeps the key and ignores it), so that it loads back computing as it was saved.
+DTYPE_KEY = "attention_jax_dtype"
 GELU = {"gelu_new": "tanh", "gelu_pytorch_tanh": "tanh", "gelu_fast": "tanh", "gelu": "exact"}
 # HF name -> ours, per block
 BLOCK = {"ln_1.weight": "ln1.scale", "ln_1.bias": "ln1.bias", "attn.c_attn.weight": "mixer.qkv.kernel",
@@ -47,6 +50,17 @@ def _setting(hf: dict, name: str, default, kind=int):
     return kind(value)
 
 
+def _flag(hf: dict, name: str, default: bool) -> bool:
+    """config.json's `name`, which must be JSON's true or false (absent or null: the default)."""
+    value = hf.get(name)
+    if value is None:
+        return default
+    if not isinstance(value, bool):
+        raise ConfigError(f"config.json sets {name}={value!r}, which is not true or false (a JSON boolean); the "
+                          "checkpoint's config is damaged: download it again")
+    return value
+
+
 def config_from_hf(hf: dict) -> ModelConfig:
     """A Hugging Face GPT-2 `config.json` as our ModelConfig; what our modules cannot be is refused."""
     if not isinstance(hf, dict):
@@ -61,9 +75,10 @@ def config_from_hf(hf: dict) -> ModelConfig:
                           "evenly among its heads, so this config describes no GPT-2; download it again")
     inner = 4 * d if hf.get("n_inner") is None else _setting(hf, "n_inner", None)
     unsupported = [k for k, bad in (("activation_function", act not in GELU), ("n_inner", d and inner % d),
-                                    ("scale_attn_weights", not hf.get("scale_attn_weights", True)),
-                                    ("scale_attn_by_inverse_layer_idx", hf.get("scale_attn_by_inverse_layer_idx")),
-                                    ("add_cross_attention", hf.get("add_cross_attention"))) if bad]
+                                    ("scale_attn_weights", not _flag(hf, "scale_attn_weights", True)),
+                                    ("scale_attn_by_inverse_layer_idx",
+                                     _flag(hf, "scale_attn_by_inverse_layer_idx", False)),
+                                    ("add_cross_attention", _flag(hf, "add_cross_attention", False))) if bad]
     if unsupported:
         raise ConfigError(f"this GPT-2 config sets {', '.join(f'{k}={hf.get(k)!r}' for k in unsupported)}, which our "
                           "modules do not compute; supported: GELU (exact or tanh), n_inner a multiple of n_embd, "
@@ -72,8 +87,16 @@ def config_from_hf(hf: dict) -> ModelConfig:
                        d_model=d, n_layers=_setting(hf, "n_layer", 12), n_heads=heads, mixer="heads",
                        positions="learned", ff_mult=inner // d if d > 0 else 4,
                        ln_eps=_setting(hf, "layer_norm_epsilon", 1e-5, float),
-                       tie_embeddings=bool(hf.get("tie_word_embeddings", True)), qkv_bias=True, bias=True,
-                       output_bias=False, gelu=GELU[act], init="gpt2")
+                       tie_embeddings=_flag(hf, "tie_word_embeddings", True), qkv_bias=True, bias=True,
+                       output_bias=False, gelu=GELU[act], init="gpt2", dtype=_dtype(hf))
+
+
+def _dtype(hf: dict) -> str:
+    """The dtype our modules compute in: float32, or what `save` recorded of a model of ours (DTYPE_KEY)."""
+    value = hf.get(DTYPE_KEY, "float32")
+    if value not in DTYPES:
+        raise ConfigError(f"config.json sets {DTYPE_KEY}={value!r}; choose one of {', '.join(DTYPES)}")
+    return value
 
 
 def config_to_hf(config: ModelConfig) -> dict:
@@ -88,7 +111,8 @@ def config_to_hf(config: ModelConfig) -> dict:
             "n_positions": config.max_positions_used, "n_embd": config.d_model, "n_layer": config.n_layers,
             "n_head": config.n_heads, "n_inner": config.d_ff, "layer_norm_epsilon": config.ln_eps,
             "activation_function": "gelu_new" if config.gelu == "tanh" else "gelu",
-            "tie_word_embeddings": config.tie_embeddings, "resid_pdrop": 0.0, "embd_pdrop": 0.0, "attn_pdrop": 0.0}
+            "tie_word_embeddings": config.tie_embeddings, "resid_pdrop": 0.0, "embd_pdrop": 0.0, "attn_pdrop": 0.0,
+            **({DTYPE_KEY: config.dtype} if config.dtype != "float32" else {})}
 
 
 BUFFERS = ("attn.bias", "attn.masked_bias")      # the causal mask older transformers saved as tensors
@@ -154,8 +178,13 @@ def _placed(tensors: dict, config: ModelConfig, wanted: dict) -> dict:
     if strays:
         raise CheckpointError(f"model.safetensors holds tensors GPT-2 has no place for ({', '.join(strays[:3])}"
                               f"{' ...' if len(strays) > 3 else ''}): it is no GPT2LMHeadModel checkpoint")
+    named = {}
     for name, array in tensors.items():
         ours = _ours(name, config.tie_embeddings)
+        if ours and ours in named:       # "h.0.ln_1.weight" beside "transformer.h.0.ln_1.weight": which is meant?
+            raise CheckpointError(f"model.safetensors holds {ours} twice, as {named[ours]} and {name}: it is "
+                                  "damaged or merged from two checkpoints; download it again")
+        named[ours] = name
         if ours == "lm_head.kernel":
             array = array.T                                                # nn.Linear's [out, in]
         want = wanted.get(ours)
@@ -180,6 +209,17 @@ def _placed(tensors: dict, config: ModelConfig, wanted: dict) -> dict:
     return found
 
 
+def _check_layers(config: ModelConfig, tensors: dict) -> None:
+    """config.json's n_layer against the blocks model.safetensors holds (a config claiming 1,200 layers
+    beside two layers' tensors would be built, abstractly, before any tensor is found missing)."""
+    held = {int(n.split(".")[1]) for n in (t.removeprefix("transformer.") for t in tensors)
+            if n.startswith("h.") and n.split(".")[1].isdigit()}
+    if held != set(range(config.n_layers)):
+        raise CheckpointError(f"config.json sets n_layer={config.n_layers}, but model.safetensors holds "
+                              f"{len(held)} block(s) ({', '.join(map(str, sorted(held)[:4]))}"
+                              f"{' ...' if len(held) > 4 else ''}): they disagree; download the checkpoint again")
+
+
 def load(folder) -> LanguageModel:
     """Our LanguageModel holding the GPT-2 checkpoint in `folder` (config.json, model.safetensors).
 
@@ -187,6 +227,7 @@ def load(folder) -> LanguageModel:
     float64 tensor only loads if float32 holds its every value. What else cannot load is one line."""
     folder = pathlib.Path(folder).expanduser()
     config, tensors = _read(folder)
+    _check_layers(config, tensors)            # before building the model config.json describes
     model = nnx.eval_shape(lambda: LanguageModel(config, rngs=nnx.Rngs(0)))
     state = nnx.state(model, nnx.Param)
     wanted = {".".join(map(str, path)): var for path, var in nnx.to_flat_state(state)}

@@ -11,15 +11,22 @@ from attention_jax import pretrained
 from attention_jax.errors import CheckpointError, ConfigError, DataError
 from attention_jax.generate import generate
 from attention_jax.inspect import count_params
+from attention_jax.config import ModelConfig
+from attention_jax.model import LanguageModel
+from flax import nnx
 
 from helpers import oracle
 
-torch = oracle("torch")      # every test here reads checkpoints that transformers writes
+try:
+    import torch               # the oracle: the tests that use it get transformers through hf(), which skips without
+except ImportError:
+    torch = None
 
 
 def hf():
-    """transformers, imported by the tests that use it, not when the file is collected: every xdist
-    worker collects every file, and the import costs seconds."""
+    """transformers (and torch), imported by the tests that use them, not when the file is collected: every
+    xdist worker collects every file, and the import costs seconds."""
+    oracle("torch")
     return oracle("transformers")
 
 
@@ -192,3 +199,50 @@ def test_each_damaged_checkpoint_is_one_line(saved, tmp_path):
     (empty / "tokenizer.json").write_text('{"version": "1.0", "model": ')
     with pytest.raises(DataError, match="cannot read the tokenizer"):
         pretrained.tokenizer(empty)
+
+
+# --- checkpoints written by our own `save`: no oracle needed --------------------------------------
+
+SMALL = ModelConfig(vocab_size=61, context=12, d_model=32, n_layers=2, n_heads=4, mixer="heads", positions="learned",
+                    qkv_bias=True, tie_embeddings=True, gelu="tanh", output_bias=False, init="gpt2")
+
+
+def ours_saved(folder, config=SMALL):
+    from safetensors.numpy import load_file
+    pretrained.save(LanguageModel(config, rngs=nnx.Rngs(0)), folder)
+    return json.loads((folder / "config.json").read_text()), load_file(str(folder / "model.safetensors"))
+
+
+@pytest.mark.parametrize("flag", ["tie_word_embeddings", "scale_attn_weights", "add_cross_attention"])
+def test_a_boolean_written_as_a_string_is_refused_not_read_as_true(flag, tmp_path):
+    """bool("false") is True: an untied checkpoint whose config said "false" loaded tied, a wrong model."""
+    config, tensors = ours_saved(tmp_path / "good")
+    with pytest.raises(ConfigError, match=f"{flag}='false', which is not true or false") as info:
+        pretrained.load(written(tmp_path / "bad", {**config, flag: "false"}, tensors))
+    assert "\n" not in str(info.value)
+
+
+def test_one_tensor_under_two_names_is_refused(tmp_path):
+    config, tensors = ours_saved(tmp_path / "good")
+    twice = {**tensors, "h.0.ln_1.weight": tensors["transformer.h.0.ln_1.weight"] + 1}   # which one is meant?
+    with pytest.raises(CheckpointError, match="holds blocks.0.ln1.scale twice, as .*ln_1.weight and .*ln_1.weight"):
+        pretrained.load(written(tmp_path / "twice", config, twice))
+
+
+def test_a_layer_count_the_tensors_do_not_hold_is_refused_before_building(tmp_path):
+    """n_layer=1200 beside two blocks' tensors took minutes building the model before failing."""
+    import time
+    config, tensors = ours_saved(tmp_path / "good")
+    began = time.perf_counter()
+    with pytest.raises(CheckpointError, match=r"n_layer=1200, but model.safetensors holds 2 block\(s\) \(0, 1\)"):
+        pretrained.load(written(tmp_path / "many", {**config, "n_layer": 1200}, tensors))
+    assert time.perf_counter() - began < 5
+
+
+def test_a_bfloat16_model_saved_loads_back_with_its_dtype_and_its_logits(tmp_path):
+    import dataclasses
+    model = LanguageModel(dataclasses.replace(SMALL, dtype="bfloat16"), rngs=nnx.Rngs(0))
+    back = pretrained.load(pretrained.save(model, tmp_path / "bf16"))
+    ids = jnp.asarray(np.random.default_rng(0).integers(0, 61, (2, 12)))
+    assert back.config == model.config and back.config.dtype == "bfloat16"
+    np.testing.assert_array_equal(np.asarray(back(ids)), np.asarray(model(ids)))
