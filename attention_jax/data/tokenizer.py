@@ -14,7 +14,9 @@ from __future__ import annotations
 import json
 import os
 import pathlib
+import re
 import sys
+import threading
 
 import numpy as np
 import tokenizers
@@ -26,6 +28,10 @@ TOKENIZER_FILE = "tokenizer.json"
 TOKENS_FILE = "tokens.npy"
 MANIFEST_FILE = "manifest.json"   # the sha256 of each file as written: a file that differs is rebuilt
 MIN_FREQUENCY = 2  # pairs seen once are noise; with this setting the corpus gives 459,792 ids
+LONGEST = 256      # characters without a space that BPE training takes as one run (longer: cut)
+_LONG_RUN = re.compile(rf"\S{{{LONGEST + 1},}}")
+PIECE = 1 << 20    # characters encoded at a time: the encoder holds ~200 bytes a character while it works
+_SAFE_CUT = re.compile(r"\S(?=\n)")
 
 
 def _folder(corpus: pathlib.Path, vocab_size: int, cache: pathlib.Path | None) -> pathlib.Path:
@@ -57,11 +63,54 @@ def _atomic_write(target: pathlib.Path, write) -> None:
 
 def _train(corpus: pathlib.Path, vocab_size: int) -> tokenizers.Tokenizer:
     """Train the BPE. No special tokens and no prefix space: GPT-2's byte-level defaults,
-    which are the settings that reproduce the chapter's token count."""
+    which are the settings that reproduce the chapter's token count. A text with a run of more
+    than LONGEST characters without a space (a line of letters, a minified file) is one "word"
+    to BPE, whose training on it took minutes with no end in sight: such a text trains on its
+    runs cut into pieces of LONGEST. Training runs in a thread of its own, so that a Ctrl-C is
+    answered at once (the library holds Python's main thread for the whole of it otherwise)."""
     bpe = tokenizers.ByteLevelBPETokenizer(add_prefix_space=False)
-    bpe.train([str(corpus)], vocab_size=vocab_size, min_frequency=MIN_FREQUENCY,
-              special_tokens=[], show_progress=False)
+    options = dict(vocab_size=vocab_size, min_frequency=MIN_FREQUENCY, special_tokens=[], show_progress=False)
+    text = _read_text(corpus)
+    if _LONG_RUN.search(text) is None:
+        _interruptible(lambda: bpe.train([str(corpus)], **options))
+    else:
+        cut = (text[i:i + LONGEST] for i in range(0, len(text), LONGEST))
+        _interruptible(lambda: bpe.train_from_iterator(cut, **options))
     return bpe._tokenizer  # the plain Tokenizer inside the convenience wrapper
+
+
+def _interruptible(work) -> None:
+    """`work()` in a daemon thread, the caller waiting in slices so that Ctrl-C reaches it within 0.1 s
+    (the thread is left to finish, or to end with the process)."""
+    failed = []
+
+    def run():
+        try:
+            work()
+        except BaseException as e:       # handed to the caller, which raises it
+            failed.append(e)
+    thread = threading.Thread(target=run, daemon=True, name="bpe-training")
+    thread.start()
+    while thread.is_alive():
+        thread.join(0.1)
+    if failed:
+        raise failed[0]
+
+
+def pieces(text: str, size: int = PIECE):
+    """`text` in pieces of about `size` characters, each cut just before a line break that follows a
+    character other than a space: where GPT-2's pre-tokenizer cuts anyway, so the pieces' ids are the
+    whole text's (a test checks it). Where no such place comes within `size` more, cut at `size`."""
+    start = 0
+    while start < len(text):
+        end = start + size
+        if end >= len(text):
+            yield text[start:]
+            return
+        found = _SAFE_CUT.search(text, end, end + size)
+        cut = found.start() + 1 if found else end
+        yield text[start:cut]
+        start = cut
 
 
 def _read_tokenizer(path: pathlib.Path) -> tokenizers.Tokenizer | None:
@@ -153,7 +202,9 @@ def load_tokens(corpus: pathlib.Path, *, vocab_size: int = 1024, cache: pathlib.
     text = _read_text(corpus) if (ids is None or verbose) else ""
     status = "cached"
     if ids is None:
-        ids = np.asarray(tok.encode(text).ids, dtype=np.int32)
+        # In pieces: encoding a 30 MB corpus whole held 6 GB; the pieces' ids are the whole text's.
+        parts = [np.asarray(tok.encode(piece).ids, dtype=np.int32) for piece in pieces(text)]
+        ids = np.concatenate(parts) if parts else np.zeros(0, np.int32)
         if ids.size == 0:
             raise DataError(f"corpus {corpus} is empty; supply the original file")
 
