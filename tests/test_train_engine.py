@@ -199,8 +199,20 @@ def test_engine_model_is_a_usable_model_with_the_states_weights(engine):
     x = jnp.asarray(eval_windows(VAL, T)[0][:3])
     for seed in (0, 1):
         model = eng.model(state, seed)
-        model.eval()
         np.testing.assert_allclose(forward(model, x), eng.logits(state, x)[seed], atol=1e-5)
+
+
+def test_engine_model_reads_with_dropout_off_and_patches(engine):
+    """A model with dropout from `Engine.model` gave other logits each call, and patching it raised JAX's
+    TraceContextError: it comes in eval mode, deterministic, and every analysis runs on it."""
+    from attention_jax.patching import activation_patch, logit_diff
+    config = dataclasses.replace(MC, dropout=0.2)
+    eng = new_engine(config)
+    model = eng.model(eng.init([0]))
+    x = jnp.asarray(eval_windows(VAL, T)[0][:2])
+    np.testing.assert_array_equal(forward(model, x), forward(model, x))
+    sweep = activation_patch(model, np.asarray(x), np.asarray(x)[::-1], lambda logits: logit_diff(logits, 1, 2))
+    assert np.isfinite(sweep.values).all()
 
 
 def test_ids_outside_the_vocabulary_are_refused_where_batches_are_made(engine):

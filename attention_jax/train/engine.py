@@ -33,6 +33,7 @@ from attention_jax.errors import ConfigError, DataError
 from attention_jax.model import LanguageModel, check_ids
 from attention_jax.speed import Speed
 from attention_jax.speed.backend import backend_of
+from attention_jax.train import memory
 from attention_jax.train.distributed import local, put, to_host
 from attention_jax.train.programs import (  # noqa: F401  (the engine's API)
     ProgramCache, Programs, cross_entropy, lr_schedule, make_optimizer, token_loss)
@@ -54,6 +55,7 @@ class Engine:
         if len(devices) > 1 and train_config.batch_size % len(devices):
             raise ConfigError(f"batch_size={train_config.batch_size} does not split over {len(devices)} "
                               "devices; use a multiple of the device count")
+        memory.check(model_config, train_config, n_seeds, devices)   # before anything is allocated
         made = (programs.get if programs is not None else Programs)
         self.programs = p = made(model_config, train_config, n_seeds, loss, step_metrics, devices, speed, self.backend)
         self.tx, self.schedule, self.graphdef, self.mesh, self.vmapped = p.tx, p.schedule, p.graphdef, p.mesh, p.vmapped
@@ -165,9 +167,11 @@ class Engine:
 
     def model(self, state, seed: int = 0) -> LanguageModel:
         """A usable NNX model holding one seed's parameters (the i-th of a vmapped state), as built:
-        the reference equation (`speed.fast(model)` to compute it as the engine does)."""
+        the reference equation (`speed.fast(model)` to compute it as the engine does), in eval mode:
+        dropout off, so what is read of it is deterministic (`model.train()` turns dropout on)."""
         one = unstack_seed(state, seed) if self.vmapped else state
         model, _ = nnx.merge(self.graphdef, local(one))
+        model.eval()
         return model
 
     # -- devices ----------------------------------------------------------------------------
