@@ -116,7 +116,8 @@ function patchingViewer(root, d) {
     for (const [k, v] of Object.entries(attrs)) e.setAttribute(k, v); if (text !== undefined) e.textContent = text; return e; };
   const three = d.shape.length === 3, L = d.shape[0];
   const at = (idx) => { let flat = 0; for (let k = 0; k < idx.length; k++) flat = flat * d.shape[k] + idx[k]; return d.values[flat]; };
-  const big = Math.max(1e-12, ...d.values.map(Math.abs));
+  let big = 1e-12;   // a loop, not Math.max(...values): a large sweep's values overflow the call stack as arguments
+  for (const v of d.values) big = Math.max(big, Math.abs(v));
   const colour = v => { const t = Math.min(1, Math.abs(v) / big), c = Math.round(255 * (1 - t));
     return v >= 0 ? `rgb(255,${c},${c})` : `rgb(${c},${c},255)`; };
   root.style.cssText = "font: 13px system-ui, sans-serif; color: #222; max-width: 980px";

@@ -19,15 +19,14 @@ from __future__ import annotations
 
 import base64
 import html
-import itertools
 import json
 import pathlib
+import uuid
 
 import numpy as np
 
 from attention_jax.errors import ConfigError
 
-_ids = itertools.count()
 _SCRIPT = (pathlib.Path(__file__).with_name("viewer.js"))
 
 
@@ -107,7 +106,8 @@ def _embedded(payload: dict) -> str:
 
 
 def _fragment(kind: str, function: str, title: str, payload: dict) -> str:
-    uid = f"{kind}{next(_ids)}"
+    # Random, not a count: a notebook keeps the outputs of a kernel since restarted, whose count began again.
+    uid = f"{kind}-{uuid.uuid4().hex}"
     return (f'<div class="{kind}" id="{uid}" data-title="{html.escape(title)}"></div>'
             f'<script>(function(){{{_SCRIPT.read_text(encoding="utf-8")}\n'
             f'{function}(document.getElementById("{uid}"), {_embedded(payload)});}})();</script>')
@@ -125,11 +125,19 @@ def view(model, ids, labels=None, *, title: str = "attention") -> AttentionView:
     """Every attention block's weights on one text (`ids` [T]); `labels`: how each token reads
     (default: its id)."""
     import jax.numpy as jnp
-    from attention_jax.inspect import attention_blocks, run_with_cache
+    from attention_jax.inspect import attention_blocks, deterministic, run_with_cache
+    from attention_jax.layers import check_ids
     paths = attention_blocks(model)
     if not paths:
         raise ConfigError("this model has no attention blocks to view (its mixers are averages or none)")
-    ids = np.asarray(ids).reshape(-1)
+    ids = np.asarray(ids)
+    if ids.ndim == 2 and ids.shape[0] == 1:
+        ids = ids[0]
+    if ids.ndim != 1 or not ids.size:
+        raise ConfigError(f"a view shows one text: give its ids as [T] (or [1, T]) with T >= 1, got shape {ids.shape}; "
+                          "view each text of a batch on its own")
+    check_ids(ids, model.config.vocab_size)
+    model = deterministic(model)
     _, cache = run_with_cache(model, jnp.asarray(ids[None]), [f"{p}.attention.weights" for p in paths])
     weights = np.stack([np.asarray(cache[f"{p}.attention.weights"][0], np.float32) for p in paths])
     return AttentionView(weights, labels if labels is not None else [str(int(i)) for i in ids], title=title)

@@ -200,3 +200,43 @@ def test_a_patching_view_of_what_is_no_sweep_is_refused_in_one_line():
         viewer.PatchingView(np.zeros(5))
     with pytest.raises(ConfigError, match="one per position"):
         viewer.PatchingView(np.zeros((2, 4)), ["a", "b"])
+
+
+def test_a_view_is_of_one_text_of_token_ids():
+    """A [2, 4] batch was read as one text of 8 tokens: a wrong picture. Refused, as are no ids and floats."""
+    from attention_jax.errors import DataError
+    model, ids = tiny()
+    assert viewer.view(model, ids[None]).weights.shape[-1] == len(ids)          # [1, T] is one text
+    for bad in (ids[:8].reshape(2, 4), [], [[]]):
+        with pytest.raises(ConfigError, match="a view shows one text: give its ids as \\[T\\]") as info:
+            viewer.view(model, bad)
+        assert "\n" not in str(info.value)
+    with pytest.raises(DataError, match="token ids must be integers, got float64"):
+        viewer.view(model, ids.astype(float))
+
+
+def test_every_view_has_an_id_of_its_own():
+    """A notebook keeps the outputs of a kernel since restarted: ids that count from 0 again collide there."""
+    import re
+    model, ids = tiny()
+    pages = [viewer.view(model, ids).html() for _ in range(3)] + [viewer.PatchingView(np.zeros((2, 3))).html()]
+    found = [re.search(r'id="([^"]+)"', p).group(1) for p in pages]
+    assert len(set(found)) == 4 and all(len(i) > 20 for i in found)
+
+
+@pytest.mark.slow
+def test_two_views_in_one_page_both_draw_and_a_large_sweep_draws(browser, tmp_path):
+    """Two views of one page each draw (they shared an element id, and the second drew nothing); a
+    12 x 12 x 1,024 patching view draws (its values spread into Math.max's arguments overflowed the stack)."""
+    model, ids = tiny()
+    body = viewer.view(model, ids).html() + viewer.view(model, ids[:6]).html()
+    big = np.random.default_rng(0).standard_normal((12, 12, 1024))
+    path = viewer._page(tmp_path / "two.html", "two", body + viewer.PatchingView(big).html())
+    page = browser.new_page(viewport={"width": 1100, "height": 900})
+    errors = []
+    page.on("pageerror", lambda e: errors.append(str(e)))
+    page.goto(path.as_uri())
+    page.wait_for_selector(".ajp[data-ready='1']", timeout=20_000)
+    assert page.eval_on_selector_all(".ajv", "els => els.map(e => e.dataset.ready)") == ["1", "1"]
+    assert page.get_attribute(".ajp", "data-cells") == str(12 * 1024) and errors == []
+    page.close()
