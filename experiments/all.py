@@ -85,10 +85,10 @@ def gather(out: pathlib.Path, names: list[str], failures: dict[str, str], skippe
                                     ("ours", "ours", "")], book), ""]
     md += [f"## Claims: {report.tally([c for r in results.values() for c in r['claims']])}", ""]
     for name, r in results.items():
-        md += [f"- **{name}**"] + [f"  - **{report.verdict(c)}** {report.claim_text(c)}"
+        md += [f"- **{name}**"] + [f"  - **{report.verdict(c)}** {report.claim_text(c, markdown=True)}"
                                    for c in r["claims"]]
     for name, reason in failures.items():
-        md += [f"- **{name}** did not finish: {reason}"]
+        md += [f"- **{name}** did not finish: {report.safe(reason)}"]
     for name, why in (skipped or {}).items():
         md += [f"- **{name}** was not run: it {why}"]
     timed = [dict(experiment=n, wall=r["time"]["wall_s"], programs=r["time"]["programs"],

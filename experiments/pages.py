@@ -84,7 +84,7 @@ def _took(r: dict) -> str:
 
 def _claim(c: dict) -> str:
     margin = f" (margin {c['margin']:.3g})" if c.get("margin") is not None else ""
-    return f"- **{report.verdict(c)}** {report.claim_text(c)}{margin}"
+    return f"- **{report.verdict(c)}** {report.claim_text(c, markdown=True)}{margin}"
 
 
 def command(name: str, r: dict) -> str:
@@ -128,8 +128,8 @@ def page(name: str, r: dict) -> str:
                "`--seeds N` checks it per seed" + (", `--pools K` on other words" if name == "winograd" else "") + ".",
                "", report.format_table([("claim", "claim", ""), ("where", "checked on", ""), ("held", "held in", ""),
                                         ("least", "smallest margin", ".3g")], robustness(r)), ""]
-    for title, table in r.get("tables", {}).items():
-        md += [f"## {title}", "", table, ""]
+    for title, table in r.get("tables", {}).items():      # written safe by format_table; a file edited since too
+        md += [f"## {report.safe(title)}", "", table.replace("<", "&lt;").replace("](", "]\\("), ""]
     for fig in r.get("figures", []):
         md += [f"![{name}: {fig}]({name}/{fig})", ""]
     for view in sorted(p.name for p in (DOCS / name).glob("*.html")):
@@ -154,7 +154,7 @@ def experiments_table(results: dict[str, dict], *, link: str) -> str:
     rows = []
     for name, r in results.items():
         wall, cached = cost(r)
-        rows.append({"command": f"[`experiments.{name}`]({link.format(name=name)})", "what": summary(name),
+        rows.append({"command": report.Markdown(f"[`experiments.{name}`]({link.format(name=name)})"), "what": summary(name),
                      "time": _minutes(wall + cached) if wall else "-", "claims": report.tally(r["claims"]).split(" claims")[0]})
     return report.format_table([("command", "experiment", ""), ("what", "what it regenerates", ""),
                                 ("time", "cpu preset, 2 cores", ""), ("claims", "claims held", "")], rows)

@@ -12,6 +12,7 @@ import json
 import math
 import os
 import pathlib
+import re
 from typing import Any, Iterable, Sequence
 
 from experiments.harness.cli import SMOKE_NOTE
@@ -19,11 +20,29 @@ from experiments.harness.cli import SMOKE_NOTE
 Column = tuple[str, str, str]   # (row key, header, format spec such as ",d" or ".2f")
 
 
+class Markdown(str):
+    """Text written as Markdown on purpose (a link of the lab's own): `format_table` leaves it as it is."""
+
+
+def safe(text) -> str:
+    """Any text (a file name, an error, a word, a decoded token) as Markdown shows it, running none of
+    it: no HTML (`<` as an entity: no tag, no autolink), no link or image (`](` broken), on one line.
+    The site's Markdown (mkdocs.yml) has no extension that reads attributes or bare addresses."""
+    if isinstance(text, Markdown):
+        return text
+    return re.sub(r"[\r\n\u2028\u2029]+", " ", str(text)).replace("<", "&lt;").replace("](", "]\\(")
+
+
+def plain(markdown: str) -> str:
+    """A table `format_table` made safe, as a terminal shows it: what `safe` escaped, back as it was."""
+    return markdown.replace("&lt;", "<").replace("]\\(", "](")
+
+
 def _cell(value: Any, fmt: str) -> str:
     if value is None or (isinstance(value, float) and math.isnan(value)):
         return "-"
     if isinstance(value, str):
-        return value
+        return safe(value)
     try:
         return format(value, fmt)
     except (TypeError, ValueError):
@@ -117,8 +136,10 @@ def tally(claims: Sequence[dict]) -> str:
     return text + (f"; {len(claims) - len(decided)} {UNDECIDED}" if len(decided) < len(claims) else "")
 
 
-def claim_text(c: dict) -> str:
-    text = f"{c['claim']} ({c['measured']}"
+def claim_text(c: dict, markdown: bool = False) -> str:
+    """A claim with its measured figure (and its seeds): as plain text for a terminal, or `markdown` safe."""
+    show = safe if markdown else str
+    text = f"{show(c['claim'])} ({show(c['measured'])}"
     seeds = c.get("seeds")
     if seeds:
         text += f"; holds in {seeds['held']} of {seeds['of']} seeds"
@@ -172,8 +193,8 @@ def markdown(name: str, preset: str | None, tables: dict[str, str], claims: Sequ
     if preset == "smoke":
         md += [f"*{SMOKE_NOTE}*", ""]
     for title, table in tables.items():
-        md += [f"## {title}", "", table, ""]
-    md += ["## Claims", ""] + [f"- **{verdict(c)}** {claim_text(c)}" for c in claims]
+        md += [f"## {safe(title)}", "", table, ""]
+    md += ["## Claims", ""] + [f"- **{verdict(c)}** {claim_text(c, markdown=True)}" for c in claims]
     return "\n".join(md) + "\n"
 
 
@@ -193,7 +214,7 @@ def publish(folder: pathlib.Path, result, *, show: bool = True) -> pathlib.Path:
     itself), write the results and figures, say where."""
     if show:
         for title, table in result.tables.items():
-            print(f"\n{title}\n{table}")
+            print(f"\n{title}\n{plain(table)}")
         print("\n" + format_claims(result.claims))
         if result.preset == "smoke":
             print(SMOKE_NOTE)
