@@ -152,6 +152,10 @@ def _scores(first: Factored, second: Factored) -> np.ndarray:
 def composition_baseline(d_model: int, d_head: int, *, samples: int = 1000, seed: int = 0) -> tuple[float, float]:
     """(mean, std) of the composition score between two random rank-d_head products of Gaussian
     matrices [d_model, d_head][d_head, d_model]: what a pair of unrelated heads scores."""
+    for name, value in (("d_model", d_model), ("d_head", d_head), ("samples", samples)):
+        if isinstance(value, bool) or not isinstance(value, (int, np.integer)) or value < (2 if name == "samples" else 1):
+            raise ConfigError(f"composition_baseline({name}={value!r}): a whole number of at least "
+                              f"{2 if name == 'samples' else 1} (a spread needs two samples)")
     keys = jax.random.split(jax.random.key(seed), 4)
     draw = lambda k, shape: jax.random.normal(k, (samples, *shape))
     one = Factored(draw(keys[0], (d_model, d_head)), draw(keys[1], (d_head, d_model)))
@@ -243,7 +247,15 @@ def prefix_matching(weights, first, span) -> jax.Array:
     after that token's earlier occurrence (t - span + 1): an induction head's signature, 1 at most.
     `weights` [B, H, T, T] on sequences whose first copy starts at `first` [B] and spans `span` [B]
     (`data.repeats.repeated_segments`)."""
-    T = weights.shape[-1]
+    T, B = weights.shape[-1], weights.shape[0]
+    first, span = np.asarray(first), np.asarray(span)
+    if weights.ndim != 4 or first.shape != (B,) or span.shape != (B,) or not (
+            np.issubdtype(first.dtype, np.integer) and np.issubdtype(span.dtype, np.integer)):
+        raise ConfigError(f"prefix_matching needs weights [B, H, T, T] and whole numbers first and span, one per text "
+                          f"([{B}]); got weights {tuple(weights.shape)}, first {first.shape}, span {span.shape}")
+    if (first < 0).any() or (span < 1).any() or (first + 2 * span > T).any():
+        raise ConfigError(f"each text's repeated segment must lie in its {T} positions: first >= 0, span >= 1, "
+                          f"first + 2 * span <= {T}; got first {first.tolist()}, span {span.tolist()}")
     t = jnp.arange(T)[None, :]
     first, span = jnp.asarray(first)[:, None], jnp.asarray(span)[:, None]
     in_copy = (t >= first + span) & (t < first + 2 * span)                       # [B, T]

@@ -23,12 +23,17 @@ GELUS = ("exact", "tanh")
 
 
 def _whole_numbers(config, names) -> None:
-    """Integral values (a NumPy sweep's np.int64, say) stored as plain int, so configs compare,
-    hash and serialise alike; bools and floats are left for the checks to refuse."""
+    """Integral values (a NumPy sweep's np.int64, say) stored as plain int, and every other real number
+    (np.float32) of any field as a plain float, so configs compare, hash and serialise (JSON) alike;
+    bools are left for the checks to refuse."""
     for name in names:
         value = getattr(config, name)
         if isinstance(value, numbers.Integral) and not isinstance(value, bool) and type(value) is not int:
             object.__setattr__(config, name, int(value))
+    for field in dataclasses.fields(config):
+        value = getattr(config, field.name)
+        if isinstance(value, numbers.Real) and not isinstance(value, (numbers.Integral, float)):
+            object.__setattr__(config, field.name, float(value))
 
 
 INT32_MAX = 2**31 - 1                    # steps, positions and counts live in int32 arrays
@@ -110,8 +115,9 @@ class ModelConfig:
         need(_positive32(self.ln_eps),
              f"ln_eps={self.ln_eps!r} must be a finite positive number (LayerNorm's variance floor, e.g. 1e-5)")
         # RoPE's frequencies are rope_base ** (-2i/d): 0 or a negative base gives inf or NaN.
-        need(_positive32(self.rope_base),
-             f"rope_base={self.rope_base!r} must be a finite positive number (RoPE's frequency base, e.g. 10000)")
+        need(_positive32(self.rope_base) and self.rope_base > 1,
+             f"rope_base={self.rope_base!r} must be a finite number above 1 (RoPE's frequency base, e.g. 10000; "
+             "below 1 its frequencies overflow)")
         if self.mixer == "heads" and self.d_head is None:
             need(self.d_model % self.n_heads == 0,
                  f"d_model={self.d_model} is not divisible by n_heads={self.n_heads}; "
@@ -170,7 +176,8 @@ class TrainConfig:
     b2: float = 0.999
     warmup_steps: int = 0             # linear from 0 to lr, then the schedule
     schedule: str = "constant"        # after warmup: "constant" (the book) or "cosine" decay
-    min_lr_ratio: float = 0.1         # cosine ends at lr * min_lr_ratio on the last step
+    min_lr_ratio: float = 0.1         # cosine reaches lr * min_lr_ratio at step `steps` (optax's count from 0:
+                                      # one step past the last, which uses a little more)
     grad_clip: float = 0.0            # global-norm clipping; 0 = off
     log_every: int = 50
     eval_every: int = 0               # 0 = evaluate at the end only

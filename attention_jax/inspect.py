@@ -21,10 +21,12 @@ from typing import Callable, Iterable, Mapping
 
 import jax
 import jax.numpy as jnp
+import numpy as np
 from flax import nnx
 
 from attention_jax.config import ModelConfig
 from attention_jax.errors import ConfigError
+from attention_jax.fingerprint import Keyed
 from attention_jax.model import Bidirectional, Head, Hook, LanguageModel, MultiHeadAttention
 
 
@@ -109,8 +111,23 @@ def replaced(model, parts: Mapping[str, object]):
 
 
 def hook_names(model) -> list[str]:
-    """Every hook point of this model, by its public name."""
-    return [_public(path) for path, m in nnx.iter_modules(model) if isinstance(m, Hook)]
+    """Every hook point this model computes, by its public name (one whose part is absent or switched
+    off, such as `positions` under RoPE or `ln_final` without a final LayerNorm, is not listed)."""
+    return [_public(path) for path, m in nnx.iter_modules(model) if isinstance(m, Hook) and _computed(model, path)]
+
+
+def _computed(model, path) -> bool:
+    """Whether the model's forward pass goes through the hook point at `path`: a patch or a record of
+    one it skips would silently do nothing."""
+    names = [str(p) for p in path]
+    if names == ["hook_positions"]:
+        return model.config.positions in ("learned", "sinusoidal")
+    if names == ["hook_ln_final"]:
+        return model.ln_f is not None
+    if len(names) == 3 and names[0] == "blocks" and names[2] in ("hook_mixer_out", "hook_ffn_out"):
+        block = model.blocks[int(names[1])]
+        return (block.mixer if names[2] == "hook_mixer_out" else block.ffn) is not None
+    return True
 
 
 def _public(path) -> str:
@@ -120,7 +137,8 @@ def _public(path) -> str:
 
 def _hook_paths(model, patterns: Iterable[str] | None) -> dict[str, str]:
     """public name -> module path, for the hook points matching any pattern (fnmatch; None = all)."""
-    found = {_public(path): ".".join(map(str, path)) for path, m in nnx.iter_modules(model) if isinstance(m, Hook)}
+    found = {_public(path): ".".join(map(str, path)) for path, m in nnx.iter_modules(model)
+             if isinstance(m, Hook) and _computed(model, path)}
     if patterns is None:
         return found
     patterns = [patterns] if isinstance(patterns, str) else list(patterns)
@@ -149,10 +167,12 @@ class Record(Hook):
 
 
 class Patch(Hook):
-    """Returns fn(value) instead of the value (applied after the hook it replaced)."""
+    """Returns fn(value) instead of the value (applied after the hook it replaced). `fn` is held keyed
+    by what it computes with (`fingerprint.Keyed`): a program compiled with one patch is not served
+    to the same function reading other values (a global changed since)."""
 
     def __init__(self, fn: Callable, inner: Hook | None = None):
-        self.fn, self.inner = fn, inner or Hook()
+        self.fn, self.inner = Keyed(fn), inner or Hook()
 
     def __call__(self, x):
         return self.fn(self.inner(x))
@@ -204,6 +224,10 @@ def ablate(model: LanguageModel, *, mixer: Iterable[int] = (), feed_forward: Ite
     stays, as it belongs to no head); positions: the position vectors added to the tokens
     are zeroed; bidirectional: every attention sees the whole window, the future included.
     """
+    mixer, feed_forward = _blocks("mixer", mixer), _blocks("feed_forward", feed_forward)
+    if heads is not None and not isinstance(heads, Mapping):
+        raise ConfigError(f"ablate(heads={heads!r}): give {{block: [head, ...]}}, e.g. heads={{0: [1]}}")
+    heads = {block: _blocks(f"heads[{block}]", chosen) for block, chosen in (heads or {}).items()}
     removed = {f"blocks.{i}.mixer" for i in mixer}
     parts = dict.fromkeys(removed)
     parts.update({f"blocks.{i}.ffn": None for i in feed_forward})
@@ -220,10 +244,25 @@ def ablate(model: LanguageModel, *, mixer: Iterable[int] = (), feed_forward: Ite
                               f"model's positions={model.config.positions!r} adds none (RoPE rotates q and k, ALiBi "
                               "biases the scores): compare with a model trained without them instead")
         patches["positions"] = jnp.zeros_like
+    if bidirectional and not attention_blocks(model):
+        raise ConfigError(f"ablate(bidirectional=True) swaps attention's causal mask, and this model has no "
+                          f"attention (mixer={model.config.mixer!r}): there is no mask to swap")
     if bidirectional:   # the masks of attention that is kept (a removed mixer has none to swap)
         parts.update({f"{p}.attention.mask": Bidirectional() for p in attention_blocks(model) if p not in removed})
     with replaced(model, parts), patched(model, patches):
         yield model
+
+
+def _blocks(name: str, value) -> list[int]:
+    """An ablation's list of block (or head) indices, or one line: a bare number is no list."""
+    try:
+        found = list(value)
+    except TypeError:
+        found = None
+    if found is None or isinstance(value, (str, bytes)) or not all(
+            isinstance(i, (int, np.integer)) and not isinstance(i, bool) for i in found):
+        raise ConfigError(f"ablate({name}={value!r}): give a list of whole numbers, e.g. {name}=[0]")
+    return [int(i) for i in found]
 
 
 def attention_blocks(model) -> list[str]:

@@ -263,6 +263,11 @@ class LanguageModel(nnx.Module):
         return self.hook_logits(self.lm_head(x))
 
     def __call__(self, tokens):
+        if self.cache_index is not None and not isinstance(self.cache_index[...], jax.core.Tracer):
+            written, new = int(self.cache_index[...]), tokens.shape[-1]    # past the end, writes would be clamped
+            if written + new > self.cache_len:
+                raise ConfigError(f"the cache holds {self.cache_len} positions and {written} are written: {new} more do "
+                                  "not fit; make it larger (init_cache(batch, max_len)) or drop_cache()")
         x = self.embed(tokens)
         for block in self.blocks:
             x = block(x)

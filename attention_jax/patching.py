@@ -11,9 +11,9 @@ patching estimates all of them at once from one forward and one backward pass, a
 metric's gradient times the activation's change (Nanda 2023, attribution patching). With
 `into="clean"` the clean text runs and corrupted activations go in (what breaks it).
 
-A sweep is one compiled program: the patches are an index, and `lax.map` (which vmaps
-`batch_size` of them at a time) runs the model once per index inside it, not a Python loop
-of forwards. Hook points are the model's own (`inspect.hook_names`), read and patched by the
+A sweep is one compiled program: the patches are an index, vmapped `batch_size` at a time,
+so the model runs once per index inside it, not a Python loop of forwards; the program is
+called once per batch, so a Ctrl-C is answered between them. Hook points are the model's own (`inspect.hook_names`), read and patched by the
 model as built; `hook` names a kind, and `by` the axes the sweep runs over.
 """
 from __future__ import annotations
@@ -83,6 +83,10 @@ def normalized_logit_diff(model, clean, corrupted, answer, wrong, *, position: i
     """A metric over logits: 1 where the logit difference is the clean run's, 0 where it is the corrupted's
     (a patch can overshoot either end: values past 0 and 1 are real)."""
     model = deterministic(model)
+    for name, tokens in (("clean", clean), ("corrupted", corrupted)):
+        if np.ndim(tokens) != 2:
+            raise ConfigError(f"{name} must be token ids [B, T] (a batch of texts; one text is [1, T]), got shape "
+                              f"{np.shape(tokens)}")
     ld = lambda tokens: float(logit_diff(model(jnp.asarray(tokens)), answer, wrong, position=position))
     high, low = ld(clean), ld(corrupted)
     if high == low:
@@ -183,18 +187,17 @@ def _recorded(graphdef, state, tokens, *, names):
     return run_with_cache(nnx.merge(graphdef, state), tokens, list(names))[1]
 
 
-@functools.partial(jax.jit, static_argnames=("graphdef", "names", "axes", "by", "metric", "batch_size"))
-def _sweep(graphdef, state, target, source, indices, *, names, axes, by, metric, batch_size):
-    """The source run's hook values, then the target run once per index with one block's value patched."""
-    sources = run_with_cache(nnx.merge(graphdef, state), source, list(names))[1]
-
+@functools.partial(jax.jit, static_argnames=("graphdef", "names", "axes", "by", "metric"))
+def _sweep(graphdef, state, target, sources, indices, *, names, axes, by, metric):
+    """The target run once per index of `indices` [N, 1 + len(by)], side by side, with one block's value
+    taken from `sources` (the other run's hook values)."""
     def one(index):
         model = nnx.merge(graphdef, state)
         fns = {n: (lambda s, layer: lambda v: jnp.where(_mask(v.shape, axes, by, index, layer), s, v))(sources[n], i)
                for i, n in enumerate(names)}
         with patched(model, fns):
             return metric(model(target))
-    return jax.lax.map(one, indices, batch_size=batch_size)
+    return jax.vmap(one)(indices)
 
 
 def activation_patch(model, clean, corrupted, metric: Callable, *, hook: str = "resid_pre", by: str = "position",
@@ -214,10 +217,17 @@ def activation_patch(model, clean, corrupted, metric: Callable, *, hook: str = "
     graphdef, state = nnx.split(model)
     indices = np.stack(np.unravel_index(np.arange(int(np.prod(grid))), grid), axis=-1).astype(np.int32)
     size = min(int(batch_size or side_by_side(model.config, target.shape)), len(indices))
-    values = _sweep(graphdef, state, target, source, indices, names=tuple(names),
-                    axes=HOOKS[hook][1], by=by, metric=keyed, batch_size=size)
-    if values.shape != (len(indices),):        # checked after the run: tracing the metric first costs each call
-        raise ConfigError(_NOT_ONE.format(values.shape[1:]))
+    sources = _recorded(graphdef, state, source, names=tuple(names))
+    # One compiled call per `size` patches (the last filled up with copies of its final index): between
+    # calls a Ctrl-C is answered, where one call for the whole sweep held it until the end.
+    padded = np.concatenate([indices, np.repeat(indices[-1:], -len(indices) % size, axis=0)])
+    values = []
+    for i in range(0, len(padded), size):
+        values.append(np.asarray(_sweep(graphdef, state, target, sources, padded[i:i + size], names=tuple(names),
+                                        axes=HOOKS[hook][1], by=by, metric=keyed)))
+        if values[-1].shape != (size,):         # checked after the first call: tracing the metric first costs each call
+            raise ConfigError(_NOT_ONE.format(values[-1].shape[1:]))
+    values = np.concatenate(values)[:len(indices)]
     return Sweep(np.asarray(values, np.float64).reshape(grid), ("layer", *BY[by]), hook)
 
 

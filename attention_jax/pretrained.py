@@ -30,6 +30,8 @@ FILES = ("config.json", "model.safetensors")
 # A model of ours that computes in bfloat16 says so here (GPT-2's own keys have no place for it; Hugging
 # Face keeps the key and ignores it), so that it loads back computing as it was saved.
 DTYPE_KEY = "attention_jax_dtype"
+# Likewise its context where the position table is longer (GPT-2's n_positions is the table's rows).
+CONTEXT_KEY = "attention_jax_context"
 GELU = {"gelu_new": "tanh", "gelu_pytorch_tanh": "tanh", "gelu_fast": "tanh", "gelu": "exact"}
 # HF name -> ours, per block
 BLOCK = {"ln_1.weight": "ln1.scale", "ln_1.bias": "ln1.bias", "attn.c_attn.weight": "mixer.qkv.kernel",
@@ -83,7 +85,12 @@ def config_from_hf(hf: dict) -> ModelConfig:
         raise ConfigError(f"this GPT-2 config sets {', '.join(f'{k}={hf.get(k)!r}' for k in unsupported)}, which our "
                           "modules do not compute; supported: GELU (exact or tanh), n_inner a multiple of n_embd, "
                           "scaled attention")
-    return ModelConfig(vocab_size=_setting(hf, "vocab_size", 50257), context=_setting(hf, "n_positions", 1024),
+    positions = _setting(hf, "n_positions", 1024)
+    context = _setting(hf, CONTEXT_KEY, positions)
+    if not 0 < context <= positions:
+        raise ConfigError(f"config.json sets {CONTEXT_KEY}={context}, past its n_positions={positions}; download it again")
+    return ModelConfig(vocab_size=_setting(hf, "vocab_size", 50257), context=context,
+                       max_positions=positions if positions != context else None,
                        d_model=d, n_layers=_setting(hf, "n_layer", 12), n_heads=heads, mixer="heads",
                        positions="learned", ff_mult=inner // d if d > 0 else 4,
                        ln_eps=_setting(hf, "layer_norm_epsilon", 1e-5, float),
@@ -112,7 +119,8 @@ def config_to_hf(config: ModelConfig) -> dict:
             "n_head": config.n_heads, "n_inner": config.d_ff, "layer_norm_epsilon": config.ln_eps,
             "activation_function": "gelu_new" if config.gelu == "tanh" else "gelu",
             "tie_word_embeddings": config.tie_embeddings, "resid_pdrop": 0.0, "embd_pdrop": 0.0, "attn_pdrop": 0.0,
-            **({DTYPE_KEY: config.dtype} if config.dtype != "float32" else {})}
+            **({DTYPE_KEY: config.dtype} if config.dtype != "float32" else {}),
+            **({CONTEXT_KEY: config.context} if config.context != config.max_positions_used else {})}
 
 
 BUFFERS = ("attn.bias", "attn.masked_bias")      # the causal mask older transformers saved as tensors
@@ -258,7 +266,11 @@ def save(model: LanguageModel, folder) -> pathlib.Path:
         else:
             tensors[f"transformer.{ours[name]}"] = np.ascontiguousarray(array)
     folder = pathlib.Path(folder).expanduser()
-    folder.mkdir(parents=True, exist_ok=True)
+    try:
+        folder.mkdir(parents=True, exist_ok=True)
+    except OSError as e:
+        raise ConfigError(f"cannot save the model into {folder} ({e.strerror or e}): give a folder that can be made "
+                          "and written") from None
     (folder / "config.json").write_text(json.dumps(hf, indent=2) + "\n", encoding="utf-8")
     save_file(tensors, str(folder / "model.safetensors"), metadata={"format": "pt"})
     return folder

@@ -70,7 +70,7 @@ def gather(out: pathlib.Path, names: list[str], failures: dict[str, str], skippe
     results = {}
     for name in names:
         path = out / name / "results.json"
-        if path.exists():
+        if path.exists() and name not in failures:     # an earlier run's results are not this run's
             results[name] = json.loads(path.read_text(encoding="utf-8"))
     presets = sorted({r.get("preset") for r in results.values() if r.get("preset")})
     md = ["# attention_jax: every table of the chapter", "",

@@ -15,6 +15,7 @@ import time
 
 import numpy as np
 
+from attention_jax.errors import ConfigError
 from experiments.harness import report
 from experiments.harness.experiment import Experiment, Result
 
@@ -118,16 +119,21 @@ def run(ctx) -> Result:
     model = pretrained.from_pretrained(source)
     load_s = time.perf_counter() - t0
     folder = source if pathlib.Path(source).expanduser().is_dir() else pretrained.fetch(source)
-    try:
-        tokenizer = pretrained.tokenizer(folder)
+    if any((pathlib.Path(folder) / f).is_file() for f in ("tokenizer.json", "vocab.json")):
+        tokenizer = pretrained.tokenizer(folder)         # a damaged one is one line (DataError), not bytes as ids
         ids, decode = np.asarray(tokenizer.encode(args.text).ids), lambda t: tokenizer.decode([int(t)])
-    except Exception:          # a checkpoint without its tokenizer (the smoke's): bytes as ids
+    else:                      # a checkpoint without its tokenizer (the smoke's): bytes as ids
         ids = np.frombuffer(args.text.encode(), np.uint8).astype(np.int64) % model.config.vocab_size
         decode = lambda t: repr(chr(int(t)))[1:-1] if 32 <= int(t) < 127 else f"<{int(t)}>"
+    if len(ids) < 2:
+        raise ConfigError(f"--text {args.text!r} is {len(ids)} token(s); the probes read a next token, so give at "
+                          "least two")
     ids = ids[: model.config.context]
     found = probes(model, ids)
     t1 = time.perf_counter()
-    more = generate(model, ids[: max(1, len(ids) - 1)], p["new"], temperature=0)
+    room = model.config.context - p["new"] + 1          # the cache holds the prompt and the new tokens but the last
+    more = generate(model, ids[: len(ids) - 1][-room:], p["new"], temperature=0)
+    ids = ids[: len(ids) - 1][-room:]                   # the continuation follows the prompt it was given
     per_token = 1e3 * (time.perf_counter() - t1) / p["new"]
     cfg = model.config
     heads = sorted(((found["ablated"][i, h], i, h) for i in range(cfg.n_layers) for h in range(cfg.n_heads)),
@@ -135,7 +141,7 @@ def run(ctx) -> Result:
     rows = [{"block": i, "head": h, "loss_change": d} for d, i, h in heads]
     lens_rows = [{"after": "embedding" if i == 0 else f"block {i - 1}", "p_next": float(found["truth"][i]),
                   "top": decode(found["top"][i])} for i in range(len(found["truth"]))]
-    continuation = "".join(decode(t) for t in more[len(ids) - 1:])
+    continuation = "".join(decode(t) for t in more[len(ids):])
     claims = [report.claim("attention puts exactly zero weight on the future", found["future"] == 0.0,
                            f"{found['future']} summed over every layer and head"),
               report.claim("the logit lens after the last block is the model's own logits",

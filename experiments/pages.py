@@ -217,12 +217,18 @@ def expected() -> dict[pathlib.Path, str]:
 def take(run: pathlib.Path) -> list[str]:
     """Copy each experiment's results.json and PNG figures from a run's folder into docs/results/."""
     from experiments.all import EXPERIMENTS
+    if not run.is_dir():
+        raise ConfigError(f"--take {run}: no such folder; give the --out folder of a cpu-preset run")
     taken = []
     for name in EXPERIMENTS:
         source = run / name / "results.json"
         if not source.is_file():
             continue
-        if json.loads(source.read_text(encoding="utf-8")).get("preset") != "cpu":
+        try:
+            found = json.loads(source.read_text(encoding="utf-8"))
+        except ValueError as e:
+            raise ConfigError(f"{source} is no JSON ({e.msg} at line {e.lineno}); run that experiment again") from None
+        if not isinstance(found, dict) or found.get("preset") != "cpu":
             raise ConfigError(f"{source} is not a cpu-preset run; the pages show the cpu preset")
         target = DOCS / name
         if target.exists():

@@ -149,11 +149,12 @@ def test_the_patching_sweep_and_attribution_gradients_lower(platform):
     graphdef, state = nnx.split(model)
     tokens = jnp.zeros((2, 16), jnp.int32)
     names = tuple(f"blocks.{i}.mixer.z" for i in range(SMALL.n_layers))
-    indices = jnp.zeros((SMALL.n_layers * SMALL.n_heads, 2), jnp.int32)
-    text = lowered(patching._sweep, platform, graphdef, state, tokens, tokens, indices, names=names,
-                   axes=patching.HOOKS["z"][1], by="head", metric=_logit_diff, batch_size=4)
-    assert not [n for n in CPU_ONLY if n in text]
+    indices = jnp.zeros((4, 2), jnp.int32)
     zeros = {n: jax.ShapeDtypeStruct((2, SMALL.n_heads, 16, SMALL.d_head_used), jnp.float32) for n in names}
+    assert "stablehlo" in lowered(patching._recorded, platform, graphdef, state, tokens, names=names)
+    text = lowered(patching._sweep, platform, graphdef, state, tokens, zeros, indices, names=names,
+                   axes=patching.HOOKS["z"][1], by="head", metric=_logit_diff)
+    assert not [n for n in CPU_ONLY if n in text]
     assert "stablehlo" in lowered(patching._gradients, platform, graphdef, state, tokens, zeros, names=names,
                                   metric=_logit_diff)
 

@@ -40,6 +40,14 @@ def test_an_experiment_that_fails_is_reported_and_the_rest_still_run(tmp_path, c
     assert code == 2
     report = (tmp_path / "REPORT.md").read_text()
     assert "**ladder** did not finish:" in report and "\n# averaging (preset: smoke)" in report
+    # An earlier run's results of the one that failed are not shown as this run's.
+    (tmp_path / "ladder").mkdir(exist_ok=True)
+    (tmp_path / "ladder" / "results.json").write_text(json.dumps({"name": "ladder", "preset": "smoke", "claims": []}))
+    (tmp_path / "ladder" / "table.md").write_text("# ladder\nan old table\n")
+    with contextlib.redirect_stdout(io.StringIO()):
+        everything.main(["--preset", "smoke", "--only", "averaging,ladder", "--out", str(tmp_path)])
+    report = (tmp_path / "REPORT.md").read_text()
+    assert "did not finish" in report and "an old table" not in report and "# ladder" not in report
 
 
 def test_unknown_experiments_are_one_line_and_exit_2(tmp_path, capsys):

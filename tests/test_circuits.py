@@ -193,3 +193,19 @@ def test_prefix_matching_and_previous_token_scores_read_the_heads_signatures():
     prefix, previous = np.asarray(C.prefix_matching(jnp.asarray(w), first, span)), np.asarray(C.previous_token(jnp.asarray(w)))
     np.testing.assert_allclose(prefix, [1, 0, 0], atol=1e-6)
     assert previous[1] == pytest.approx(1.0) and previous[0] < 0.2 and previous[2] == pytest.approx(1 / (T - 1))
+
+
+@pytest.mark.parametrize("first, span, words", [(1, 3, "one per text"), ([-5], [3], "first >= 0"),
+                                                ([7], [3], "first \\+ 2 \\* span <= 8"), ([1], [0], "span >= 1"),
+                                                ([1.0], [3], "whole numbers")])
+def test_a_repeated_segment_outside_the_window_is_refused(first, span, words):
+    """0.125 or 0.0 came back for segments past the text, and an IndexError for a scalar."""
+    w = jnp.full((1, 2, 8, 8), 1 / 8)
+    with pytest.raises(ConfigError, match=words):
+        C.prefix_matching(w, first, span)
+
+
+@pytest.mark.parametrize("samples", [0, 1, -1, 2.5])
+def test_a_baseline_of_too_few_samples_is_refused(samples):
+    with pytest.raises(ConfigError, match="samples="):
+        C.composition_baseline(16, 4, samples=samples)

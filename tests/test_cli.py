@@ -59,6 +59,15 @@ def test_argparse_errors_are_config_errors_naming_the_fix():
     assert "python -m experiments.ladder --help" in str(info.value)
 
 
+def test_a_flag_is_never_taken_for_the_start_of_another():
+    """`--seed 3` trained three seeds (argparse took it for --seeds): refused, naming it."""
+    p = cli.parser("ladder", "x", {"smoke": None})
+    cli.add_training_args(p, ["a", "b"])
+    with pytest.raises(ConfigError, match="unrecognized arguments: --seed 3"):
+        p.parse_args(["--seed", "3"])
+    assert p.parse_args(["--seeds", "3"]).seeds == 3
+
+
 @pytest.mark.parametrize("name", ["", " "])
 def test_an_empty_out_is_refused(name):
     with pytest.raises(ConfigError, match="--out is empty"):
@@ -164,3 +173,14 @@ def test_a_coordinator_nobody_answers_stops_the_run_in_one_line(tmp_path, capsys
                         "--num-processes", "2", "--process-id", "1", "--connect-timeout", "1"])
     err = capsys.readouterr().err.strip()
     assert code == 2 and len(err.splitlines()) == 1 and f"no coordinator answered at 127.0.0.1:{port}" in err
+
+
+def test_a_process_id_outside_the_count_is_refused_before_waiting(tmp_path, capsys):
+    """--process-id 5 of 2 waited for the coordinator's timeout, then blamed the address."""
+    import time
+    from experiments import ladder
+    began = time.perf_counter()
+    code = ladder.main(["--preset", "smoke", "--out", str(tmp_path), "--coordinator", "127.0.0.1:1",
+                        "--num-processes", "2", "--process-id", "5", "--connect-timeout", "30"])
+    err = capsys.readouterr().err.strip()
+    assert code == 2 and "--process-id 5 is outside 0 .. 1" in err and time.perf_counter() - began < 20

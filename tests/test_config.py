@@ -145,8 +145,8 @@ NAN, INF = float("nan"), float("inf")
 @pytest.mark.parametrize("kwargs, message", [
     (dict(ln_eps=-1), "invalid ModelConfig: ln_eps=-1 must be a finite positive number"),
     (dict(ln_eps=NAN), "invalid ModelConfig: ln_eps=nan must be a finite positive number"),
-    (dict(rope_base=0), "invalid ModelConfig: rope_base=0 must be a finite positive number"),
-    (dict(rope_base=INF), "invalid ModelConfig: rope_base=inf must be a finite positive number"),
+    (dict(rope_base=0), "invalid ModelConfig: rope_base=0 must be a finite number above 1"),
+    (dict(rope_base=INF), "invalid ModelConfig: rope_base=inf must be a finite number above 1"),
     (dict(dropout=NAN), "invalid ModelConfig: dropout=nan must be a number in [0, 1)"),
     (dict(dropout="0.1"), "invalid ModelConfig: dropout='0.1' must be a number in [0, 1)"),
 ], ids=lambda x: ",".join(f"{k}={v}" for k, v in x.items()) if isinstance(x, dict) else "")
@@ -158,8 +158,13 @@ def test_non_finite_or_non_positive_model_numbers_are_one_line_errors(kwargs, me
 
 def test_positive_finite_model_numbers_of_any_real_type_are_accepted():
     import numpy as np
-    cfg = ModelConfig(ln_eps=1e-6, rope_base=500, dropout=np.float32(0.1))
-    assert (cfg.ln_eps, cfg.rope_base) == (1e-6, 500)
+    cfg = ModelConfig(ln_eps=np.float32(1e-6), rope_base=500, dropout=np.float32(0.1))
+    assert (cfg.ln_eps, cfg.rope_base) == (float(np.float32(1e-6)), 500)
+    assert type(cfg.ln_eps) is float and type(cfg.dropout) is float       # JSON writes them (a saved checkpoint)
+    import json
+    json.dumps(cfg.to_dict()), json.dumps(__import__("dataclasses").asdict(TrainConfig(lr=np.float32(1e-3))))
+    with pytest.raises(ConfigError, match="rope_base=0.5 must be a finite number above 1"):
+        ModelConfig(rope_base=0.5)
     assert ModelConfig(dropout=0) == ModelConfig(dropout=0.0)
 
 

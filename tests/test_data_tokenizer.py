@@ -61,6 +61,7 @@ def test_real_corpus_token_count(tmp_path, monkeypatch, capsys):
 
 
 @pytest.mark.skipif(REAL is None, reason="real corpus not available")
+@pytest.mark.slow
 def test_pieces_cut_where_the_pre_tokenizer_cuts_so_their_ids_are_the_whole_texts(tmp_path):
     """Encoded in pieces (a 30 MB corpus encoded whole held 6 GB): the same ids as the whole text, here
     with pieces of 20,000 characters, 56 cuts."""

@@ -130,3 +130,15 @@ def test_the_guide_and_the_performance_page_are_short_and_undated():
         text = (ROOT / name).read_text(encoding="utf-8")
         assert len(text.splitlines()) <= most, name
         assert not date.findall(text), (name, date.findall(text))
+
+
+def test_taking_a_damaged_or_missing_run_is_one_line(tmp_path, capsys):
+    """A damaged results.json gave a 22-line JSONDecodeError; a folder that is not there, "took nothing", exit 0."""
+    from experiments import pages
+    assert pages.main(["--take", str(tmp_path / "no-such"), "--check"]) == 2
+    assert "no such folder" in capsys.readouterr().err
+    (tmp_path / "run" / "ladder").mkdir(parents=True)
+    (tmp_path / "run" / "ladder" / "results.json").write_text('{"name": "ladder", ')
+    assert pages.main(["--take", str(tmp_path / "run"), "--check"]) == 2
+    err = capsys.readouterr().err.strip()
+    assert len(err.splitlines()) == 1 and "is no JSON" in err

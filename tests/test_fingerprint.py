@@ -71,3 +71,25 @@ def test_what_cannot_be_compared_is_equal_to_nothing():
 def test_libraries_by_identity_cycles_end():
     assert fingerprint(jnp.mean) == fingerprint(jnp.mean) and fingerprint(np.sum) == fingerprint(np.sum)
     assert Keyed(recursive) == Keyed(recursive) and Keyed(recursive)(4) == 24
+
+
+def test_a_module_s_attribute_the_code_reads_counts():
+    import types
+    settings = types.ModuleType("settings")
+    settings.ANSWER = 3
+    namespace = {"settings": settings}
+    exec("def metric(x):\n    return x + settings.ANSWER", namespace)
+    first = Keyed(namespace["metric"])
+    settings.ANSWER = 7
+    assert Keyed(namespace["metric"]) != first
+
+
+def test_a_digest_is_the_same_in_another_process_and_tells_code_apart():
+    import subprocess
+    import sys
+    code = ("import sys; sys.path.insert(0, 'tests'); from attention_jax.fingerprint import digest; "
+            "from test_fingerprint import reads_a_global_through_a_helper as f; print(digest(f))")
+    other = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout.strip()
+    from attention_jax.fingerprint import digest
+    assert other == digest(reads_a_global_through_a_helper) != digest(recursive)
+    assert digest(jnp.mean) == digest(jnp.mean)

@@ -180,3 +180,13 @@ def test_bfloat16_weights_give_logits_within_five_hundredths_of_a_standard_devia
     assert text.shape == (2, 13)
     with pytest.raises(ConfigError, match="weights='int4'; choose one of"):
         generate(m, prompts(2), 8, temperature=0, weights="int4")
+
+
+def test_positions_past_the_cache_are_refused_not_written_over_its_last_slot():
+    """A cache of 8 fed 6 then 6 more: the writes past slot 8 were clamped and the logits off by 1.55."""
+    m = model()
+    m.init_cache(1, 8)
+    m(jnp.zeros((1, 6), jnp.int32))
+    with pytest.raises(ConfigError, match="the cache holds 8 positions and 6 are written: 6 more do not fit"):
+        m(jnp.zeros((1, 6), jnp.int32))
+    m.drop_cache()

@@ -379,3 +379,68 @@ def test_the_logit_lens_starts_at_the_embedding_and_ends_at_the_models_logits():
     np.testing.assert_allclose(lens[-1], model(idx), atol=1e-5)
     start = model.embed(idx)
     np.testing.assert_allclose(lens[0], model.lm_head(model.ln_f(start)), atol=1e-5)
+
+
+@pytest.mark.parametrize("change, absent", [({"positions": "rope"}, "positions"), ({"norm": "post"}, "ln_final"),
+                                            ({"layer_norm": False}, "ln_final"),
+                                            ({"feed_forward": False}, "blocks.0.ffn_out"),
+                                            ({"mixer": "none"}, "blocks.0.mixer_out")])
+def test_a_hook_point_the_forward_pass_skips_is_not_offered(change, absent):
+    """`positions` under RoPE, `ln_final` without a final LayerNorm: listed, patched and recorded, they did
+    nothing at all. They are not hook points of such a model."""
+    model = LanguageModel(ModelConfig(vocab_size=32, context=8, d_model=16, n_heads=2, **change), rngs=nnx.Rngs(0))
+    assert absent not in hook_names(model)
+    with pytest.raises(ConfigError, match=f"no hook point matches '{absent}'"):
+        with patched(model, {absent: jnp.zeros_like}):
+            pass
+    with pytest.raises(ConfigError, match="no hook point matches"):
+        run_with_cache(model, jnp.arange(8)[None], absent)
+    _, cache = run_with_cache(model, jnp.arange(8)[None])
+    assert set(cache) == set(hook_names(model))          # every point offered is computed
+
+
+@pytest.mark.parametrize("call, words", [
+    (lambda m: ablate(m, mixer=0), r"ablate\(mixer=0\): give a list of whole numbers"),
+    (lambda m: ablate(m, feed_forward=1), r"ablate\(feed_forward=1\)"),
+    (lambda m: ablate(m, heads={0: 1}), r"ablate\(heads\[0\]=1\)"),
+    (lambda m: ablate(m, heads=[0]), r"ablate\(heads=\[0\]\): give \{block: \[head, ...\]\}"),
+])
+def test_an_ablation_given_no_list_is_one_line(call, words):
+    model = LanguageModel(ModelConfig(vocab_size=32, context=8, d_model=16, n_heads=2), rngs=nnx.Rngs(0))
+    with pytest.raises(ConfigError, match=words):
+        with call(model):
+            pass
+
+
+def test_a_bidirectional_ablation_of_a_model_without_attention_is_refused():
+    """It did nothing (an average has no mask to swap), and the logits were the causal ones."""
+    model = LanguageModel(ModelConfig(vocab_size=32, context=8, d_model=16, mixer="average"), rngs=nnx.Rngs(0))
+    with pytest.raises(ConfigError, match="this model has no attention"):
+        with ablate(model, bidirectional=True):
+            pass
+
+
+def test_a_patch_reading_a_global_is_not_served_a_program_of_its_old_value():
+    """`generate` compiles the model with its patches; a patch function whose global changed gave the text
+    of the old value. Patches are keyed by what they compute with."""
+    from attention_jax.generate import generate
+    model = LanguageModel(ModelConfig(vocab_size=32, context=16, d_model=16, n_heads=2), rngs=nnx.Rngs(3))
+    global ALPHA
+    ALPHA = 1.0
+    scaled = lambda v: v * ALPHA
+    texts = []
+    try:
+        for value in (1.0, 0.0):
+            ALPHA = value
+            with patched(model, {"blocks.*.resid_mid": scaled}):
+                texts.append(generate(model, [1, 2, 3], 8, temperature=0).tolist())
+                by_hand = [1, 2, 3]
+                for _ in range(8):
+                    by_hand.append(int(model(jnp.asarray([by_hand]))[0, -1].argmax()))
+            assert texts[-1] == by_hand
+    finally:
+        ALPHA = 1.0
+    assert texts[0] != texts[1]
+
+
+ALPHA = 1.0

@@ -187,6 +187,8 @@ def test_answers_must_match_the_batch_and_the_vocabulary(case):
         normalized_logit_diff(model, clean, corrupted, 3.0, 4)
     with pytest.raises(DataError, match="token ids must be integers, got bool"):
         activation_patch(model, clean.astype(bool), corrupted, reads_a_global)
+    with pytest.raises(ConfigError, match=r"clean must be token ids \[B, T\]"):      # one text as [T]
+        normalized_logit_diff(model, clean[0], corrupted[0], 3, 4)
 
 
 def test_a_model_with_dropout_is_analysed_with_dropout_off(case):
@@ -204,9 +206,10 @@ def test_a_model_with_dropout_is_analysed_with_dropout_off(case):
     assert not model.blocks[0].mixer.attention.dropout.deterministic
 
 
+@pytest.mark.slow
 def test_the_default_batch_of_patches_fits_its_memory_bound():
-    """The default side-by-side batch keeps the compiled sweep's scratch memory near `MEMORY`, where
-    every patch at once held five times that."""
+    """The default side-by-side batch keeps the compiled sweep's scratch memory under `MEMORY` (0.3 GiB
+    here), where every patch at once held 5.6 GiB."""
     from attention_jax import patching
     config = ModelConfig(vocab_size=8192, context=64, d_model=256, n_layers=4, n_heads=8)
     model = LanguageModel(config, rngs=nnx.Rngs(0))
@@ -214,11 +217,10 @@ def test_the_default_batch_of_patches_fits_its_memory_bound():
     size = patching.side_by_side(config, tokens.shape)
     assert 1 <= size < 4 * 64                                  # fewer than every patch of resid_pre by position
     graphdef, state = nnx.split(model)
-    indices = np.zeros((4 * 64, 2), np.int32)
     names = tuple(f"blocks.{i}.resid_pre" for i in range(4))
-    lowered = patching._sweep.lower(graphdef, state, jnp.asarray(tokens), jnp.asarray(tokens), indices, names=names,
-                                    axes=HOOKS["resid_pre"][1], by="position", metric=Keyed(reads_a_global),
-                                    batch_size=size)
+    sources = patching._recorded(graphdef, state, jnp.asarray(tokens), names=names)
+    lowered = patching._sweep.lower(graphdef, state, jnp.asarray(tokens), sources, np.zeros((size, 2), np.int32),
+                                    names=names, axes=HOOKS["resid_pre"][1], by="position", metric=Keyed(reads_a_global))
     assert lowered.compile().memory_analysis().temp_size_in_bytes <= 1.5 * patching.MEMORY
 
 
@@ -264,3 +266,29 @@ def test_every_sweep_equals_transformer_lens_on_the_same_weights(gpt2, torch):
             theirs = theirs if order is None else theirs.transpose(order)
             mine = activation_patch(ours, clean, corrupted, metric, hook=hook, by=by).values
             np.testing.assert_allclose(mine, theirs, atol=2e-4, err_msg=f"{hook} by {by} vs {name}")
+
+
+def test_ctrl_c_ends_a_long_sweep_at_the_end_of_its_batch(case):
+    """The sweep is a compiled call per batch of patches: an interrupt is answered between them (one call
+    for the whole sweep held it to the end, 57 s)."""
+    import _thread
+    import threading
+    import time
+    from attention_jax import patching
+    model, clean, corrupted, metric = case
+    activation_patch(model, clean, corrupted, metric, batch_size=1)        # compiled before the clock
+    calls, real = [], patching._sweep
+
+    def slow(*args, **kwargs):        # each batch made to take 0.2 s, as a big model's would
+        calls.append(1)
+        time.sleep(0.2)
+        return real(*args, **kwargs)
+    patching._sweep = slow
+    try:
+        threading.Timer(0.5, _thread.interrupt_main).start()
+        began = time.perf_counter()
+        with pytest.raises(KeyboardInterrupt):
+            activation_patch(model, clean, corrupted, metric, batch_size=1)   # 16 batches: 3.2 s
+        assert time.perf_counter() - began < 1.0 and len(calls) < 16
+    finally:
+        patching._sweep = real

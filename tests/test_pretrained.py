@@ -246,3 +246,16 @@ def test_a_bfloat16_model_saved_loads_back_with_its_dtype_and_its_logits(tmp_pat
     ids = jnp.asarray(np.random.default_rng(0).integers(0, 61, (2, 12)))
     assert back.config == model.config and back.config.dtype == "bfloat16"
     np.testing.assert_array_equal(np.asarray(back(ids)), np.asarray(model(ids)))
+
+
+def test_a_context_shorter_than_the_position_table_comes_back(tmp_path):
+    """n_positions is the table's rows; the context came back as 32 where it was 8, and the uncached text
+    changed."""
+    import dataclasses
+    model = LanguageModel(dataclasses.replace(SMALL, context=8, max_positions=32), rngs=nnx.Rngs(0))
+    back = pretrained.load(pretrained.save(model, tmp_path / "short"))
+    assert (back.config.context, back.config.max_positions_used) == (8, 32) and back.config == model.config
+    (tmp_path / "file").write_text("x")
+    with pytest.raises(ConfigError, match="cannot save the model into .*file") as info:
+        pretrained.save(model, tmp_path / "file" / "inside")
+    assert "\n" not in str(info.value)

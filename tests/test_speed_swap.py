@@ -182,3 +182,31 @@ def test_the_twins_hold_the_very_parameters_they_stand_in_for():
         twin, fast_attention = model.blocks[0].mixer.qkv, model.blocks[0].mixer.attention
         assert isinstance(twin, FastDense) and twin.kernel is dense.kernel and twin.bias is dense.bias
         assert isinstance(fast_attention, FastAttention) and fast_attention.mask is attention.mask
+
+
+@pytest.mark.slow
+def test_an_attention_whose_scores_or_weights_are_patched_keeps_the_equation():
+    """`fast` (and with it `generate`) dropped a patch on the weights: the fast forms never hold them. Such an
+    attention stays as built, and the model computes as patched."""
+    import jax.numpy as jnp
+    from flax import nnx
+    from attention_jax.config import ModelConfig
+    from attention_jax.generate import generate
+    from attention_jax.inspect import patched
+    from attention_jax.model import LanguageModel
+    from attention_jax.speed import fast, forms_of
+    model = LanguageModel(ModelConfig(vocab_size=32, context=16, d_model=16, n_heads=2, n_layers=2), rngs=nnx.Rngs(0))
+    x = jnp.arange(12)[None] % 32
+    halved = jnp.zeros_like                # every head passes nothing of what it read
+    with patched(model, {"blocks.*.mixer.attention.weights": halved}):
+        want = model(x)
+        with fast(model):
+            assert set(forms_of(model).values()) == {"reference"}
+            np.testing.assert_allclose(model(x), want, atol=1e-6)
+        text = generate(model, [1, 2, 3], 10, temperature=0).tolist()
+    plain = generate(model, [1, 2, 3], 10, temperature=0).tolist()
+    with patched(model, {"blocks.*.mixer.attention.weights": halved}):
+        by_hand = [1, 2, 3]
+        for _ in range(10):
+            by_hand.append(int(model(jnp.asarray([by_hand]))[0, -1].argmax()))
+    assert text == by_hand and text != plain

@@ -348,6 +348,55 @@ def test_what_a_step_cannot_train_on_is_refused_in_one_line(engine):
         engine.nll(engine.init([0]), x, y[:, :-1])
 
 
+def test_what_an_engine_would_silently_misread_is_refused(engine):
+    """nll weights [W, 1] counted one position a window (perplexity 2.2e12 for 34.8); a seed past the state
+    was clamped to the last; a batch [3, 4, T] trained as 12 windows; ids past the vocabulary gave logits."""
+    from attention_jax.errors import ConfigError
+    from helpers import task
+    two = engine(MC, 2)
+    state = two.init([0, 1])
+    x, y = (np.asarray(task().sample(0, 0)[k])[:6] for k in ("x", "y"))
+    for weights in (np.ones((6, 1)), -np.ones(x.shape), np.full(x.shape, np.nan)):
+        with pytest.raises(DataError, match="weights must be finite, non-negative and shaped like x") as err:
+            two.nll(state, x, y, weights)
+        one_line(err.value)
+    for seed in (2, -1, True):
+        with pytest.raises(ConfigError, match="this engine holds 2 seed"):
+            two.model(state, seed)
+    one = engine()
+    good = task().sample(0, 0)
+    wide = {k: np.stack([good[k][:4]] * 3) for k in ("x", "y")}            # [3, 4, T]: 12 windows
+    with pytest.raises(ConfigError, match=r"has shape \(3, 4, 16\)"):
+        one.shard([wide])
+    with pytest.raises(DataError, match="outside the vocabulary"):
+        one.logits(one.init([0]), np.full((2, T), V))
+
+
+SCALE = 1.0
+
+
+def scaled_loss(logits, targets, weights=None):
+    from attention_jax.train import token_loss
+    return SCALE * token_loss(logits, targets, weights)
+
+
+def test_engines_sharing_programs_do_not_share_a_loss_whose_global_changed():
+    """Two Engines of one ProgramCache with a loss reading a global: the second was served the first's
+    compiled step (a loss of 3.66 where 366 is right)."""
+    global SCALE
+    from attention_jax.train import ProgramCache
+    cache = ProgramCache()
+    losses = []
+    try:
+        for SCALE in (1.0, 100.0):
+            eng = Engine(MC, TC, loss=scaled_loss, programs=cache)
+            _, metrics = eng.step(eng.init([0]), batch(eng))
+            losses.append(float(metrics["loss"]))
+    finally:
+        SCALE = 1.0
+    assert losses[1] == pytest.approx(100 * losses[0], rel=1e-5) and len(cache) == 2
+
+
 def test_a_state_a_step_consumed_is_refused_not_a_deleted_buffer_error(engine):
     from attention_jax.errors import ConfigError
     engine = engine()
@@ -356,3 +405,11 @@ def test_a_state_a_step_consumed_is_refused_not_a_deleted_buffer_error(engine):
     with pytest.raises(ConfigError, match="consumed by an earlier step"):
         engine.step(state, batch(engine))
     engine.step(new, batch(engine))                          # the returned one goes on
+
+
+def test_the_cosine_schedule_reaches_its_floor_one_step_past_the_last():
+    """As its config says (optax counts steps from 0): the last step uses a little more than lr * min_lr_ratio."""
+    from attention_jax.train import lr_schedule
+    tc = TrainConfig(lr=1.0, schedule="cosine", steps=4, min_lr_ratio=0.1)
+    lrs = [float(lr_schedule(tc)(s)) for s in range(5)]
+    assert lrs[0] == 1.0 and lrs[3] > 0.1 and lrs[4] == pytest.approx(0.1)

@@ -291,6 +291,9 @@ def test_metrics_read_back_stop_at_the_checkpoint_and_skip_damaged_lines(tmp_pat
     assert loop.read_metrics(tmp_path / "missing.jsonl", 3) == ([], [])
     evals, steps = loop.read_metrics(metrics, 4)
     assert [e["step"] for e in evals] == [2, 4] and "seconds" not in evals[-1] and steps[-1]["step"] == 4
+    # A run whose steps log the loss alone (Engine(step_metrics=False)): its steps are steps, not evaluations.
+    metrics.write_text(json.dumps({"step": 1, "loss": [3.0]}) + "\n" + json.dumps({"step": 1, "val_ppl": [9.0]}) + "\n")
+    assert loop.read_metrics(metrics, 1) == ([{"step": 1, "val_ppl": [9.0]}], [{"step": 1, "loss": [3.0]}])
 
 
 def test_fit_refuses_seeds_the_engine_was_not_built_for_before_any_work(tmp_path):

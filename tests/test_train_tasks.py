@@ -71,6 +71,32 @@ def test_the_identity_is_a_copy_and_the_task_is_frozen():
     assert task.identity == identity and task.identity is not identity
     identity["corpus"] = "changed"                       # the caller's dict changing later changes nothing
     assert task.identity["corpus"] == "mine"
-    assert make().identity == {}
+    assert list(make().identity) == ["tokens"]              # without one of the caller's: the tokens' digest
     with pytest.raises(dataclasses.FrozenInstanceError):
         task.sample = None
+
+
+def test_a_run_on_other_tokens_or_another_loss_is_not_resumed(tmp_path):
+    """Resumed on other tokens (or with another loss), fit returned the first run's model at its last step."""
+    from attention_jax.errors import CheckpointError
+    from attention_jax.train import fit, text_task
+    from helpers import TC, TRAIN, VAL, new_engine
+    task = lambda train: text_task(train, VAL, batch_size=TC.batch_size, context=16,
+                                   train_eval_windows=TC.train_eval_windows)
+    fit(new_engine(), task(TRAIN), seeds=[0], workdir=tmp_path, progress=False)
+    with pytest.raises(CheckpointError, match="another"):
+        fit(new_engine(), task(TRAIN[::-1].copy()), seeds=[0], workdir=tmp_path, progress=False)
+    with pytest.raises(CheckpointError, match="another"):
+        fit(new_engine(loss=lambda logits, y, w=None: logits.mean()), task(TRAIN), seeds=[0], workdir=tmp_path,
+            progress=False)
+    assert fit(new_engine(), task(TRAIN), seeds=[0], workdir=tmp_path, progress=False).resumed_from == TC.steps
+
+
+def test_an_identity_holding_a_tuple_resumes(tmp_path):
+    """JSON reads a tuple back as a list: every resume was refused as another configuration's."""
+    from attention_jax.train import fit, text_task
+    from helpers import TC, TRAIN, VAL, new_engine
+    task = text_task(TRAIN, VAL, batch_size=TC.batch_size, context=16, train_eval_windows=TC.train_eval_windows,
+                     identity={"split": (0.9, 0.1)})
+    fit(new_engine(), task, seeds=[0], workdir=tmp_path, progress=False)
+    assert fit(new_engine(), task, seeds=[0], workdir=tmp_path, progress=False).resumed_from == TC.steps

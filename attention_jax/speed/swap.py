@@ -21,7 +21,7 @@ import jax
 from flax import nnx
 
 from attention_jax import functional as F
-from attention_jax.layers import Bidirectional, CausalMask, Dense
+from attention_jax.layers import Bidirectional, CausalMask, Dense, Hook
 from attention_jax.model import DotProductAttention
 from attention_jax.speed import dense as dense_kernel
 from attention_jax.speed import forms
@@ -100,7 +100,8 @@ def parts(model, speed: Speed, backend=None) -> dict:
     swaps = {}
     for path, m in nnx.iter_modules(model):
         name = ".".join(map(str, path))
-        if type(m) is DotProductAttention and form != "reference":
+        if type(m) is DotProductAttention and form != "reference" and type(m.hook_scores) is Hook and \
+                type(m.hook_weights) is Hook:    # scores or weights patched or recorded: the equation computes them
             swaps[name] = FastAttention(m, form, speed.chunk, backend)
         elif type(m) is Dense and speed.dense:
             swaps[name] = FastDense(m, speed.matmul_dtype, backend)

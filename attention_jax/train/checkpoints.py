@@ -32,10 +32,13 @@ from attention_jax.train.distributed import barrier, is_writer, to_host
 KEEP = 2   # the latest step and one to fall back to
 
 
-def fingerprint(model_config, train_config, seeds, task_identity=None) -> dict:
-    """What made a run: its checkpoints resume only under the same one."""
-    return {"model": model_config.to_dict(), "train": dataclasses.asdict(train_config), "seeds": [int(s) for s in seeds],
-            **({"task": dict(task_identity)} if task_identity else {})}
+def fingerprint(model_config, train_config, seeds, task_identity=None, loss=None) -> dict:
+    """What made a run: its checkpoints resume only under the same one. As JSON reads it back (a tuple
+    as a list), so a fingerprint compares equal to the one stored; `loss`: a loss of one's own, by its
+    digest (`attention_jax.fingerprint.digest`: its code and the values it reads)."""
+    made = {"model": model_config.to_dict(), "train": dataclasses.asdict(train_config), "seeds": [int(s) for s in seeds],
+            **({"task": dict(task_identity)} if task_identity else {}), **({"loss": loss} if loss else {})}
+    return json.loads(json.dumps(made, sort_keys=True, default=str))
 
 
 def state_digest(state) -> str:

@@ -85,7 +85,7 @@ class Engine:
             raise ValueError(f"{len(batches)} batches for {self.n_seeds} seed(s)")
         return {k: np.stack([b[k] for b in batches]) if self.vmapped else batches[0][k] for k in batches[0]}
 
-    def _checked(self, host: dict) -> dict:
+    def _checked(self, host: dict, steps: tuple = ()) -> dict:
         """On the host, where it costs nothing (the compiled step cannot raise): a batch the config
         asked for, of token ids in the vocabulary, with loss weights that mean something."""
         missing = [k for k in ("x", "y") if k not in host]
@@ -93,14 +93,15 @@ class Engine:
             raise ConfigError(f"a batch needs 'x' and 'y' (and optionally 'weights'); this one has no "
                               f"{', '.join(map(repr, missing))}")
         tc, lead = self.train_config, (self.n_seeds,) if self.vmapped else ()
+        want = (*steps, *lead, tc.batch_size, self.model_config.context)
         for k in ("x", "y"):
             a = np.asarray(host[k])
             if not np.issubdtype(a.dtype, np.integer):
                 raise DataError(f"batch[{k!r}] holds {a.dtype} values; token ids are integers")
-            if a.shape[len(lead):] != (tc.batch_size, self.model_config.context) and a.shape[-2:] != \
-                    (tc.batch_size, self.model_config.context):
+            if a.shape != want:
                 raise ConfigError(f"batch[{k!r}] has shape {a.shape}; this engine trains batches of "
-                                  f"[{tc.batch_size}, {self.model_config.context}] (batch_size, context)")
+                                  f"[{tc.batch_size}, {self.model_config.context}] (batch_size, context)"
+                                  + (f", {want} with its step and seed axes" if len(want) > 2 else ""))
             check_ids(a, self.model_config.vocab_size)
         if "weights" in host:
             w = np.asarray(host["weights"], np.float64)
@@ -119,7 +120,7 @@ class Engine:
         if not steps:
             raise ValueError("shard_steps needs the batches of at least one step")
         hosts = [self._host(b) for b in steps]
-        stacked = self._checked({k: np.stack([h[k] for h in hosts]) for k in hosts[0]})
+        stacked = self._checked({k: np.stack([h[k] for h in hosts]) for k in hosts[0]}, (len(hosts),))
         return {k: self._shard(v, lead=1) for k, v in stacked.items()}
 
     def step(self, state, batch: dict):
@@ -145,7 +146,12 @@ class Engine:
             raise ConfigError(f"nll needs windows x and targets y of one shape [W, T], got {x.shape} and {y.shape}")
         check_ids(x, self.model_config.vocab_size), check_ids(y, self.model_config.vocab_size)
         b, n = self.train_config.eval_batch, len(x)
-        weights = None if weights is None else np.asarray(weights, np.float32)
+        if weights is not None:
+            weights = np.asarray(weights, np.float32)
+            if weights.shape != x.shape or not np.all(np.isfinite(weights)) or (weights < 0).any():
+                raise DataError(f"nll's weights must be finite, non-negative and shaped like x {x.shape}, got shape "
+                                f"{weights.shape}" + ("" if weights.shape != x.shape else " with negative or non-finite "
+                                                      "values"))
         total, count = 0.0, 0.0
         for i, rows in enumerate(in_batches(n, b)):
             w = None if weights is None else self._windows(weights[rows])
@@ -163,12 +169,18 @@ class Engine:
 
     def logits(self, state, x) -> jax.Array:
         """The model's logits for windows x [W, T] (dropout off); [S, W, T, V] when vmapped."""
-        return self._logits(state, self._windows(np.asarray(x)))
+        x = np.asarray(x)
+        if x.ndim != 2:
+            raise ConfigError(f"logits needs windows x [W, T], got shape {x.shape}")
+        check_ids(x, self.model_config.vocab_size)
+        return self._logits(state, self._windows(x))
 
     def model(self, state, seed: int = 0) -> LanguageModel:
         """A usable NNX model holding one seed's parameters (the i-th of a vmapped state), as built:
         the reference equation (`speed.fast(model)` to compute it as the engine does), in eval mode:
         dropout off, so what is read of it is deterministic (`model.train()` turns dropout on)."""
+        if isinstance(seed, bool) or not isinstance(seed, (int, np.integer)) or not 0 <= seed < self.n_seeds:
+            raise ConfigError(f"seed={seed!r}: this engine holds {self.n_seeds} seed(s), by place: 0 to {self.n_seeds - 1}")
         one = unstack_seed(state, seed) if self.vmapped else state
         model, _ = nnx.merge(self.graphdef, local(one))
         model.eval()

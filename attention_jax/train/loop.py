@@ -31,12 +31,19 @@ from attention_jax.config import TrainConfig
 from attention_jax.errors import ConfigError, Preempted, TrainingDiverged, note
 from attention_jax.speed.backend import backend_of
 from attention_jax.train.checkpoints import Checkpoints, fingerprint
+from attention_jax.train.programs import token_loss
 from attention_jax.train.distributed import is_writer, to_host
 from attention_jax.train.engine import Engine
 from attention_jax.train.tasks import Task
 
 STEP_METRICS = ("loss", "lr", "grad_norm", "block_grad_norm")
 ACCELERATOR_STEPS_PER_CALL = 16
+
+
+def loss_digest(loss) -> str | None:
+    """None for the default loss (what every fingerprint so far was made with), else its digest."""
+    from attention_jax.fingerprint import digest
+    return None if loss is token_loss else digest(loss)
 
 
 def default_steps_per_call(backend=None) -> int:
@@ -109,7 +116,8 @@ class _Run:
     def __init__(self, engine, task, seeds, workdir, resume, stop):
         self.engine, self.task, self.seeds, self.tc, self.stop = engine, task, seeds, engine.train_config, stop
         self.ckpt = None if workdir is None else Checkpoints(
-            workdir, self.tc.checkpoint_every, fingerprint(engine.model_config, self.tc, seeds, task.identity),
+            workdir, self.tc.checkpoint_every, fingerprint(engine.model_config, self.tc, seeds, task.identity,
+                                                                loss_digest(engine.loss)),
             resume=resume)
         self.metrics_file = None if workdir is None else workdir / "metrics.jsonl"
         self.start, state = self.ckpt.restore(engine.abstract_state(seeds)) if self.ckpt else (0, None)
@@ -236,8 +244,8 @@ def read_metrics(metrics_file: pathlib.Path | None, step: int) -> tuple[list[dic
             continue
         if not isinstance(at, int) or not 0 < at <= step:
             continue
-        if all(k in r for k in STEP_METRICS):
-            steps[at] = {k: r[k] for k in ("step", *STEP_METRICS)}
+        if "loss" in r and set(r) <= {"step", *STEP_METRICS}:   # all four, or the loss alone (step_metrics=False)
+            steps[at] = r
         elif "seconds" not in r:
             evals[at] = r
     return [evals[k] for k in sorted(evals)], [steps[k] for k in sorted(steps)]

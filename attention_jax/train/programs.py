@@ -19,6 +19,7 @@ from flax import nnx
 from jax.sharding import NamedSharding, PartitionSpec as P
 
 from attention_jax.config import ModelConfig, TrainConfig
+from attention_jax.fingerprint import Keyed
 from attention_jax.model import LanguageModel
 from attention_jax.speed import Speed, fast
 from attention_jax.speed.backend import Backend
@@ -152,8 +153,9 @@ class ProgramCache:
 
     def get(self, model_config: ModelConfig, train_config: TrainConfig, n_seeds: int, loss: Callable,
             step_metrics: bool, devices: tuple, speed: Speed | None, backend: Backend) -> Programs:
-        key = (model_config, tuple(getattr(train_config, f) for f in OPTIMIZER_FIELDS), n_seeds, loss, step_metrics,
-               devices, speed, backend)
+        # The loss by what it computes (a loss reading a global that changed since is another program).
+        key = (model_config, tuple(getattr(train_config, f) for f in OPTIMIZER_FIELDS), n_seeds, Keyed(loss),
+               step_metrics, devices, speed, backend)
         if key in self._kept:
             self._kept.move_to_end(key)
             return self._kept[key]

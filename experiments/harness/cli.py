@@ -37,7 +37,8 @@ class _Parser(argparse.ArgumentParser):
 
 
 def parser(name: str, description: str, presets: Mapping[str, object] | None = None) -> argparse.ArgumentParser:
-    p = _Parser(prog=f"python -m experiments.{name}", description=description)
+    # No abbreviations: `--seed 3` was taken for `--seeds 3`, three seeds trained where seed 3 was meant.
+    p = _Parser(prog=f"python -m experiments.{name}", description=description, allow_abbrev=False)
     if presets:
         order = sorted(presets, key=lambda n: PRESET_ORDER.index(n) if n in PRESET_ORDER else len(PRESET_ORDER))
         p.add_argument("--preset", default=None,
@@ -240,9 +241,13 @@ def join_processes(args) -> None:
                                                          else None)
         pid = getattr(args, "process_id", None)
         pid = int(env("JAX_PROCESS_ID")) if pid is None and env("JAX_PROCESS_ID") else pid
+        if count is not None and pid is not None and not 0 <= pid < count:   # before waiting for a coordinator
+            raise ConfigError(f"--process-id {pid} is outside 0 .. {count - 1} for --num-processes {count}; number the "
+                              "processes from 0")
         initialize(coordinator, count, pid, auto=auto, timeout=getattr(args, "connect_timeout", None) or 60.0)
     except ConfigError as e:
-        e.args = (f"{e} (--coordinator)",)
+        if "--process-id" not in str(e):
+            e.args = (f"{e} (--coordinator)",)
         raise
     except (RuntimeError, ValueError) as e:
         raise ConfigError(f"cannot join the other processes ({' '.join(str(e).split())[:300]}); check "
