@@ -98,39 +98,42 @@ def _windows(graphdef, state, buf, lengths, key, temperature, at, count, *, gree
 @functools.partial(jax.jit, static_argnames=("graphdef", "length"))
 def prefill(graphdef, state, prompt, padding, *, length: int):
     """The prompts (left-padded to one length, `padding[b]` slots in row b) through the model in one
-    call, its cache made for `length` slots: (the model's state, its cache included; the logits of
-    each row's last position [B, V])."""
+    call, its cache made for `length` slots: (the cache's state, for `extend`; the logits of each row's
+    last position [B, V])."""
     model = nnx.merge(graphdef, state)
     model.init_cache(prompt.shape[0], length, padding=padding)
     logits = model(prompt)[:, -1]
-    return nnx.state(model), logits
+    return nnx.state(model, nnx.Cache), logits
 
 
 def cached_graphdef(graphdef, state, batch: int, length: int):
-    """The graph of the model `prefill` returns the state of (its cache made), found without computing."""
+    """The graph of the model with its cache made, split as (the cache, the rest: `state` itself), found
+    without computing: `extend` merges it with both."""
     def made(state):
         model = nnx.merge(graphdef, state)
         model.init_cache(batch, length)
         return model
-    return nnx.graphdef(nnx.eval_shape(made, state))
+    return nnx.split(nnx.eval_shape(made, state), nnx.Cache, ...)[0]
 
 
-@functools.partial(jax.jit, static_argnames=("graphdef", "greedy", "top_k"), donate_argnames=("state", "out"))
-def extend(graphdef, state, logits, key, temperature, out, at, count, *, greedy: bool, top_k):
+@functools.partial(jax.jit, static_argnames=("graph", "greedy", "top_k"), donate_argnames=("cache", "out"))
+def extend(graph, state, cache, logits, key, temperature, out, at, count, *, greedy: bool, top_k):
     """`count` new tokens, each drawn from `logits`, written to `out` [B, N] at column `at` + i and fed
-    through the cached model for the next logits: (state, logits, key, out, whether every logit drawn
-    from was finite)."""
+    through the cached model (`graph` merged with `cache` and the weights' `state`) for the next
+    logits: (cache, logits, key, out, whether every logit drawn from was finite). The weights go in
+    and not out: a call copies none of them."""
     def step(i, carry):
-        # Opaque to XLA each step: else it hoists the weights' conversion to float32 out of the loop,
-        # and every token reads float32 weights, whatever dtype they are stored in.
-        state, logits, key, out, finite = jax.lax.optimization_barrier(carry)
+        # Opaque to XLA each step, the weights included: else it hoists their conversion to float32 out
+        # of the loop, and every token reads float32 weights, whatever dtype they are stored in.
+        state, cache, logits, key, out, finite = jax.lax.optimization_barrier(carry)
         token, key = _draw(logits, key, temperature, greedy, top_k)
-        model = nnx.merge(graphdef, state)
+        model = nnx.merge(graph, cache, state)
         finite = finite & _finite(logits)
         logits = model(token[:, None])[:, -1]
-        return nnx.state(model), logits, key, jax.lax.dynamic_update_slice(out, token[:, None], (0, i)), finite
+        out = jax.lax.dynamic_update_slice(out, token[:, None], (0, i))
+        return state, nnx.state(model, nnx.Cache), logits, key, out, finite
 
-    return jax.lax.fori_loop(at, at + count, step, (state, logits, key, out, jnp.bool_(True)))
+    return jax.lax.fori_loop(at, at + count, step, (state, cache, logits, key, out, jnp.bool_(True)))[1:]
 
 
 @functools.partial(jax.jit, static_argnames=("greedy", "top_k"))
@@ -154,17 +157,20 @@ def _chunks(total: int, run) -> None:
         at += count
 
 
-def cached(graphdef, state, prompt, padding, key, temperature, *, n: int, greedy: bool, top_k) -> np.ndarray:
-    """The prompts [B, P] followed by `n` new tokens each, [B, P + n], decoded with the cache."""
+def cached(graphdef, state, prompt, padding, key, temperature, *, n: int, greedy: bool, top_k,
+           graph=None) -> np.ndarray:
+    """The prompts [B, P] followed by `n` new tokens each, [B, P + n], decoded with the cache; `graph`:
+    `cached_graphdef`'s answer, when the caller keeps it (finding it traces the model, ~0.1 s for GPT-2)."""
     B, P = prompt.shape
     length = P + n - 1                 # the prompt and every new token but the last are fed back
-    graph = cached_graphdef(graphdef, state, B, length)
-    state, logits = prefill(graphdef, state, prompt, padding, length=length)
-    c = {"state": state, "logits": logits, "key": key, "out": jnp.zeros((B, n), jnp.int32), "done": 0}
+    graph = graph or cached_graphdef(graphdef, state, B, length)
+    cache, logits = prefill(graphdef, state, prompt, padding, length=length)
+    c = {"cache": cache, "logits": logits, "key": key, "out": jnp.zeros((B, n), jnp.int32), "done": 0}
 
     def run(at, count):
-        c["state"], c["logits"], c["key"], c["out"], finite = extend(
-            graph, c["state"], c["logits"], c["key"], temperature, c["out"], at, count, greedy=greedy, top_k=top_k)
+        c["cache"], c["logits"], c["key"], c["out"], finite = extend(
+            graph, state, c["cache"], c["logits"], c["key"], temperature, c["out"], at, count, greedy=greedy,
+            top_k=top_k)
         finite = bool(finite)          # waits for the chunk: a Ctrl-C meanwhile is raised here
         c["done"] = at + count
         return finite

@@ -179,6 +179,7 @@ class Decoder:
         self.config, self.speed, self.weights = model.config, speed, weights
         self.graphdef, self.state = _prepared(model, speed, weights, self.backend)
         self._finite = _finite(nnx.state(model, nnx.Param))   # the weights as given: says why logits were not
+        self._graphs = {}
 
     def __call__(self, prompt, n: int, *, key=None, temperature: float = 1.0, top_k: int | None = None,
                  cache: bool = True):
@@ -192,8 +193,12 @@ class Decoder:
             buf = np.zeros((len(rows), P), np.int32)          # id 0 stands in the padding: no query reads it
             for r, (row, pad) in enumerate(zip(rows, padding)):
                 buf[r, pad:] = row
+            shape = (len(rows), P + n - 1)
+            if shape not in self._graphs:                # the cached model's graph, found once a shape
+                self._graphs[shape] = decode.cached_graphdef(self.graphdef, self.state, *shape)
             starts, run = padding, lambda: decode.cached(self.graphdef, self.state, jnp.asarray(buf),
-                                                         jnp.asarray(padding), key, temperature, **options)
+                                                         jnp.asarray(padding), key, temperature, **options,
+                                                         graph=self._graphs[shape])
         else:
             buf = np.zeros((len(rows), max(T, P + n)), np.int32)
             for r, row in enumerate(rows):

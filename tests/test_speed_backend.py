@@ -76,8 +76,8 @@ def test_programs_built_for_a_backend_read_no_device_while_traced(monkeypatch):
     engine._nll.trace(state, x, x, None)
     from attention_jax import decode
     decode.prefill.trace(decoder.graphdef, decoder.state, np.zeros((1, 3), np.int32), np.zeros(1, np.int32), length=4)
-    state, logits = jax.eval_shape(lambda s: decode.prefill(decoder.graphdef, s, np.zeros((1, 3), np.int32),
+    cache, logits = jax.eval_shape(lambda s: decode.prefill(decoder.graphdef, s, np.zeros((1, 3), np.int32),
                                                             np.zeros(1, np.int32), length=4), decoder.state)
     graph = decode.cached_graphdef(decoder.graphdef, decoder.state, 1, 4)
-    decode.extend.trace(graph, state, logits, jax.random.key(0), jnp.float32(1), jnp.zeros((1, 2), jnp.int32), 0, 1,
-                        greedy=True, top_k=None)
+    decode.extend.trace(graph, decoder.state, cache, logits, jax.random.key(0), jnp.float32(1),
+                        jnp.zeros((1, 2), jnp.int32), 0, 1, greedy=True, top_k=None)
