@@ -26,9 +26,14 @@ def needed(model_config: ModelConfig, train_config: TrainConfig, n_seeds: int, n
 
 
 def available(devices) -> int | None:
-    """Bytes free on the first device: an accelerator's own count, a CPU's `MemAvailable` (Linux);
-    None where neither says."""
-    stats = getattr(devices[0], "memory_stats", lambda: None)()
+    """Bytes free on this process's first device: an accelerator's own count, a CPU's `MemAvailable`
+    (Linux); None where neither says."""
+    import jax
+    mine = [d for d in devices if getattr(d, "process_index", 0) == jax.process_index()] or list(devices)
+    try:        # only this process's own devices answer (several processes: the others' raise)
+        stats = getattr(mine[0], "memory_stats", lambda: None)()
+    except Exception:           # JaxRuntimeError, or a device kind that keeps no such count
+        stats = None
     if stats and "bytes_limit" in stats:
         return int(stats["bytes_limit"]) - int(stats.get("bytes_in_use", 0))
     try:
