@@ -17,25 +17,12 @@ from attention_jax.errors import UserError
 from experiments.harness import cli, report
 
 # The chapter's order: averaging, scaling, the ladder, positions, √d, norms, cost, the toy, the lecture;
-# then the benchmarks and what the chapter leaves to others (patching).
+# then the benchmarks and what the chapter leaves to others (patching). Each runs on the base install: a
+# comparison whose oracle (torch, transformers, TransformerLens) is missing is left out, saying so.
 EXPERIMENTS = ["averaging", "scaling", "params", "parity", "ladder", "positions", "scale_ablation", "norms",
                "complexity", "winograd", "inside_tiny_gpt", "throughput", "generation", "patching", "induction"]
 TRAINING = {"ladder", "positions", "scale_ablation", "norms", "winograd", "inside_tiny_gpt", "induction"}
 CORPUS_TABLES = {"ladder", "positions", "scale_ablation", "norms"}     # trained on tiny-shakespeare (or --corpus)
-# What an experiment needs beyond the base install, and how to get it.
-NEEDS = {name: ("torch", "PyTorch, the oracle it compares with: pip install -e '.[test]' --extra-index-url "
-                         "https://download.pytorch.org/whl/cpu") for name in ("parity", "throughput")}
-NEEDS["generation"] = ("transformers", "Hugging Face transformers and PyTorch, the decoder it races: pip install -e "
-                                       "'.[test]' --extra-index-url https://download.pytorch.org/whl/cpu")
-NEEDS["patching"] = ("transformer_lens", "TransformerLens and PyTorch, the oracle it races: pip install -e '.[test]' "
-                                         "--extra-index-url https://download.pytorch.org/whl/cpu")
-
-
-def missing(name: str) -> str | None:
-    """Why an experiment cannot run on this install (what to install), or None."""
-    import importlib.util
-    package, install = NEEDS.get(name, (None, None))
-    return None if package is None or importlib.util.find_spec(package) is not None else f"needs {install}"
 
 
 def _module(name: str):
@@ -65,7 +52,7 @@ def run_one(name: str, args) -> str | None:
     return None
 
 
-def gather(out: pathlib.Path, names: list[str], failures: dict[str, str], skipped: dict[str, str] | None = None) -> str:
+def gather(out: pathlib.Path, names: list[str], failures: dict[str, str]) -> str:
     """REPORT.md: a summary of book figures beside ours, every claim, then each experiment's tables and figures."""
     results = {}
     for name in names:
@@ -89,8 +76,6 @@ def gather(out: pathlib.Path, names: list[str], failures: dict[str, str], skippe
                                    for c in r["claims"]]
     for name, reason in failures.items():
         md += [f"- **{name}** did not finish: {report.safe(reason)}"]
-    for name, why in (skipped or {}).items():
-        md += [f"- **{name}** was not run: it {why}"]
     timed = [dict(experiment=n, wall=r["time"]["wall_s"], programs=r["time"]["programs"],
                   compile=r["time"]["compile_s"] + r["time"]["trace_and_lower_s"]) for n, r in results.items() if "time" in r]
     if timed:     # what ran them, and how much of each run went into making XLA programs
@@ -133,10 +118,6 @@ def main(argv: list[str] | None = None) -> int:
         # first experiment): those whose children take turns on the accelerator need it unreserved.
         import os
         os.environ.setdefault("XLA_PYTHON_CLIENT_PREALLOCATE", "false")
-    skipped = {name: why for name in names if (why := missing(name))}
-    names = [n for n in names if n not in skipped]
-    for name, why in skipped.items():
-        print(f"skipped {name}: it {why}", flush=True)
     failures = {}
     try:
         for name in names:
@@ -144,7 +125,7 @@ def main(argv: list[str] | None = None) -> int:
             if reason:
                 failures[name] = reason
     except KeyboardInterrupt as e:
-        report.atomic_write(out / "REPORT.md", gather(out, names, failures, skipped))
+        report.atomic_write(out / "REPORT.md", gather(out, names, failures))
         code = cli.report_error(e)
         if argv is None:     # a command line: leave before XLA's threads meet the interpreter's teardown
             import os
@@ -152,8 +133,8 @@ def main(argv: list[str] | None = None) -> int:
             sys.stdout.flush(), sys.stderr.flush()
             os._exit(code)
         return code
-    report.atomic_write(out / "REPORT.md", gather(out, names, failures, skipped))
-    print(f"\nwrote {out / 'REPORT.md'}" + "".join(f"; skipped {n} ({why})" for n, why in skipped.items()), flush=True)
+    report.atomic_write(out / "REPORT.md", gather(out, names, failures))
+    print(f"\nwrote {out / 'REPORT.md'}", flush=True)
     return cli.EXIT_USER_ERROR if failures else 0
 
 

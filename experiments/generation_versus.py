@@ -50,8 +50,14 @@ def bandwidth(megabytes: int = 512, rounds: int = 9) -> dict[str, float]:
     return rates
 
 
-def models(shape: str):
-    """(ours, transformers') holding one random GPT-2 (transformers' initialisation, seed 0)."""
+def models(shape: str, oracle: bool = True):
+    """(ours, transformers') holding one random GPT-2 (transformers' initialisation, seed 0); without the
+    oracle (`oracle=False`), (ours with GPT-2's own initialisation, None)."""
+    if not oracle:
+        from flax import nnx
+        from attention_jax import pretrained
+        from attention_jax.model import LanguageModel
+        return LanguageModel(pretrained.config_from_hf({"model_type": "gpt2", **SHAPES[shape]}), rngs=nnx.Rngs(0)), None
     import torch
     import transformers
     from attention_jax import pretrained
@@ -106,17 +112,19 @@ def bytes_a_token(model, batch: int, slots: int, weights: str) -> int:
     return params + 2 * cfg.n_layers * batch * slots * cfg.d_model * 4
 
 
-def race(shape: str, n: int, rounds: int) -> dict:
-    """Every setting's median ms a token, its floor, and whether the tokens agree."""
-    import torch
+def race(shape: str, n: int, rounds: int, oracle: bool = True) -> dict:
+    """Every setting's median ms a token, its floor, and whether the tokens agree; without the oracle
+    (transformers and torch), ours alone, transformers' rows "not measured"."""
     from attention_jax.generate import rounded
-    model, hf = models(shape)
+    from experiments.harness.oracles import NOT_MEASURED
+    model, hf = models(shape, oracle)
     decoder, prepare_ms = decoders(model)
     vocab = model.config.vocab_size
     rng = np.random.default_rng(0)
     batches = {1: [rng.integers(0, vocab, PROMPTS[0])]}
     batches[4] = [batches[1][0], *(rng.integers(0, vocab, k) for k in PROMPTS[1:])]
-    settings = [(who, w, b) for b in (1, 4) for who, w in [("ours", w) for w in WEIGHTS] + [("transformers", "float32")]]
+    contestants = [("ours", w) for w in WEIGHTS] + ([("transformers", "float32")] if oracle else [])
+    settings = [(who, w, b) for b in (1, 4) for who, w in contestants]
     run = lambda who, w, b: ours(decoder[w], batches[b], n) if who == "ours" else theirs(hf, batches[b], n)
     texts = {s: run(*s) for s in settings}                         # the first call of each compiles
     before = bandwidth()             # and after the turns: the machine's speed drifts, the floor takes its best
@@ -135,20 +143,26 @@ def race(shape: str, n: int, rounds: int) -> dict:
         rows.append(dict(who=who, weights=w, batch=b, ms=ms, mb=need / 2**20, floor_ms=1e3 * need / (gbs * 1e9),
                          times=times[(who, w, b)]))
         rows[-1]["of_floor"] = ms / rows[-1]["floor_ms"]
+    if not oracle:
+        rows += [dict(who="transformers", weights="float32", batch=b, ms=NOT_MEASURED, mb=NOT_MEASURED,
+                      floor_ms=NOT_MEASURED, of_floor=NOT_MEASURED, times=[]) for b in (1, 4)]
     ids = np.stack([t[:PROMPTS[0] + n] for t in texts[("ours", "float32", 1)]])
     full = lambda m: np.asarray(m(ids))
     exact, low, int8 = full(model), full(rounded(model, "bfloat16")), full(rounded(model, "int8"))
     same = lambda a, b: all(np.array_equal(x, y) for x, y in zip(a, b))
     first = lambda a, b: int(np.argmax(np.append(a[0] != b[0], True)))
     alone = [ours(decoder["float32"], [p], n)[0] for p in batches[4]]
-    return {"shape": shape, "params": sum(p.numel() for p in hf.parameters()), "new": n, "bandwidth_gbs": gbs,
-            "bandwidth_probes": probes,
-            "torch_threads": torch.get_num_threads(), "rows": rows, "prepare_ms": prepare_ms,
+    import jax
+    from flax import nnx
+    threads = __import__("torch").get_num_threads() if oracle else None
+    return {"shape": shape, "params": sum(int(a.size) for a in jax.tree.leaves(nnx.state(model, nnx.Param))), "new": n,
+            "bandwidth_gbs": gbs, "bandwidth_probes": probes, "oracle": oracle,
+            "torch_threads": threads, "rows": rows, "prepare_ms": prepare_ms,
             "tokens_equal": {b: same(texts[("ours", "float32", b)], texts[("transformers", "float32", b)])
-                             for b in (1, 4)},
+                             for b in (1, 4)} if oracle else None,
             "batch_equals_alone": same(texts[("ours", "float32", 4)], alone),
             "transformers_batch_equals_alone": same(texts[("transformers", "float32", 4)],
-                                                    [theirs(hf, [p], n)[0] for p in batches[4]]),
+                                                    [theirs(hf, [p], n)[0] for p in batches[4]]) if oracle else None,
             "bf16_same_tokens": first(texts[("ours", "bfloat16", 1)], texts[("ours", "float32", 1)]) - PROMPTS[0],
             "bf16_logit_diff": float(np.abs(low - exact).max()), "logit_std": float(exact.std()),
             "int8_same_tokens": first(texts[("ours", "int8", 1)], texts[("ours", "float32", 1)]) - PROMPTS[0],

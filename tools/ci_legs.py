@@ -21,7 +21,8 @@ ROOT = pathlib.Path(__file__).resolve().parents[1]
 FOLDER = ROOT / ".ci" / "logs"
 PACKAGES = ("jax", "jaxlib", "flax", "optax", "orbax-checkpoint", "numpy", "ml_dtypes", "torch")
 LEGS = {"whole_suite": "Python 3.11, the whole suite with the oracles (torch, transformers, TransformerLens)",
-        "newest_jax": "Python 3.12, the newest jax and flax that pip resolves, the fast tier; the oracles' tests skip"}
+        "newest_jax": "Python 3.12, the newest jax and flax that pip resolves, the fast tier and every experiment's "
+                      "smoke preset, on the base install; the oracles' tests skip"}
 
 
 def version(name: str) -> str:

@@ -124,16 +124,29 @@ def held_across(verdicts: Sequence[dict]) -> tuple[int, int, float | None]:
 UNDECIDED = "not checked at this budget"
 
 
+def unchecked(c: dict, why: str) -> dict:
+    """A claim this run could not check, and why (an oracle not installed): neither PASS nor FAIL."""
+    return {**c, "decided": False, "why": why}
+
+
 def verdict(c: dict) -> str:
-    """PASS, FAIL, or for a claim its run's budget cannot decide (the smoke preset), that it was not checked."""
-    return UNDECIDED if not c.get("decided", True) else ("PASS" if c["passed"] else "FAIL")
+    """PASS, FAIL, or for a claim the run could not decide, that it was not checked: at its budget (the
+    smoke preset), or for the reason it carries (`unchecked`)."""
+    if not c.get("decided", True):
+        return f"not checked: {c['why']}" if c.get("why") else UNDECIDED
+    return "PASS" if c["passed"] else "FAIL"
 
 
 def tally(claims: Sequence[dict]) -> str:
-    """'7 of 9 claims hold', counting decided claims only, and how many the budget left undecided."""
+    """'7 of 9 claims hold', counting decided claims only, and how many were left unchecked and why."""
     decided = [c for c in claims if c.get("decided", True)]
     text = f"{sum(c['passed'] for c in decided)} of {len(decided)} claims hold"
-    return text + (f"; {len(claims) - len(decided)} {UNDECIDED}" if len(decided) < len(claims) else "")
+    budget = sum(1 for c in claims if not c.get("decided", True) and not c.get("why"))
+    whys = sorted({c["why"] for c in claims if not c.get("decided", True) and c.get("why")})
+    text += f"; {budget} {UNDECIDED}" if budget else ""
+    for why in whys:
+        text += f"; {sum(1 for c in claims if c.get('why') == why and not c.get('decided', True))} not checked ({why})"
+    return text
 
 
 def claim_text(c: dict, markdown: bool = False) -> str:
@@ -230,8 +243,19 @@ def publish(folder: pathlib.Path, result, *, show: bool = True) -> pathlib.Path:
     if "time" in result.extra:   # what went into making XLA programs, against the run's wall time
         from experiments.harness.compile_clock import describe
         print(f"\n{describe(result.extra['time'])}; the whole run took {result.extra['time']['wall_s']:.1f} s")
-    print(f"\nwrote {folder}")
+    print(f"\n{wrote(folder)}")
     return folder
+
+
+def wrote(folder: pathlib.Path) -> str:
+    """What a run left in its folder, in one line: each page, table and figure by name, and the size of
+    it all with the row cache and checkpoints (kept so that a rerun resumes rather than retrains)."""
+    files = sorted(p.name for p in folder.iterdir() if p.is_file() and not p.name.startswith("."))
+    total = sum(p.stat().st_size for p in folder.rglob("*") if p.is_file())
+    kept = [d.name + "/" for d in sorted(folder.iterdir()) if d.is_dir()]
+    size = f"{total / 2**20:.1f} MB" if total >= 2**20 else f"{total / 2**10:.0f} KB"
+    return (f"wrote {folder}: {', '.join(files)}; {size} in all" +
+            (f", with {' and '.join(kept)} (the row cache and checkpoints a rerun resumes from)" if kept else ""))
 
 
 def figure(*, ncols: int = 1, size: tuple[float, float] = (6.5, 4.5), **kw):

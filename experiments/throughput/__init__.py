@@ -22,6 +22,7 @@ import sysconfig
 
 from attention_jax.errors import ConfigError, UserError
 from experiments.harness import cli, report
+from experiments.harness.oracles import NOT_MEASURED, absent, missing, note
 from experiments.harness.experiment import Experiment, Result
 from experiments.configs import ONE_BLOCK
 from experiments.harness.platform import MALLOPT_ENV
@@ -120,16 +121,14 @@ def flags(parser):
 
 
 def run(ctx) -> Result:
-    import importlib.util
-
     import numpy as np   # here, not at the top: a worker process imports this package before its mallopt
 
     from experiments.harness.platform import accelerator
     from attention_jax.inspect import param_breakdown   # imports JAX: after --help
     args = ctx.args
-    if not args.no_torch and importlib.util.find_spec("torch") is None:
-        raise UserError("the reference contestant is PyTorch, which is not installed: install the test extra "
-                        "(pip install -e '.[test]'), or pass --no-torch to time ours alone")
+    gone = [] if args.no_torch else missing("torch")
+    if gone:        # the reference contestant: without it, ours alone and its claims not checked
+        print(note("PyTorch's step", gone), flush=True)
     # Contestants share an accelerator, taking turns: none reserves most of its memory up front
     # (XLA_PYTHON_CLIENT_PREALLOCATE=false, set by the harness before this process looked for it).
     worker_env = dict(os.environ)
@@ -149,7 +148,7 @@ def run(ctx) -> Result:
     if args.allocator not in ("auto", "system", *allocators()):
         raise ConfigError(f"--allocator {args.allocator}: not available here; choose auto, system or one "
                           f"found: {', '.join(allocators())}")
-    rows = contestants(p, args.allocator, torch=not args.no_torch and T == CONTEXT, one_device=on_cpu,
+    rows = contestants(p, args.allocator, torch=not args.no_torch and not gone and T == CONTEXT, one_device=on_cpu,
                        loss_only=True, variants=variants, context=T)
     from experiments.throughput.worker import take_turns   # the worker module is also run as a script
     got = take_turns(rows, p, worker_env)
@@ -210,6 +209,10 @@ def run(ctx) -> Result:
                   report.claim(f"JAX step at least {GOAL_RATIO}x as fast as the fastest PyTorch setup tried",
                                torch_refs[best] / ours_ms >= GOAL_RATIO,
                                f"{torch_refs[best] / ours_ms:.2f}x ({best})", torch_refs[best] / ours_ms - GOAL_RATIO)]
+    elif gone:
+        claims = [report.unchecked(report.claim(text, False, NOT_MEASURED), absent(gone)) for text in
+                  (CLAIM, "JAX step faster than the fastest PyTorch allocator setup tried",
+                   f"JAX step at least {GOAL_RATIO}x as fast as the fastest PyTorch setup tried")]
     else:
         print("torch not timed (--no-torch, or a context other than the twin's 128): ours alone")
     claims.append(report.claim(f"JAX step's MFU at least {GOAL_MFU} of the measured float32 matmul peak",
