@@ -319,7 +319,7 @@ def test_a_finished_run_reopened_keeps_every_step_and_edited_metrics_retrain_it(
     assert redone.train_log[0]["loss"] == first.train_log[0]["loss"] != [0.001]
 
 
-def test_a_stop_event_the_caller_owns_ends_the_run_at_its_next_step_keeping_it(tmp_path):
+def test_a_stop_event_the_caller_owns_ends_the_run_at_its_next_step_keeping_it(tmp_path, capsys):
     """`fit(stop=event)`: set from elsewhere (a signal handler, say) while step 5 is made, the loop
     stops before step 6 as on Ctrl-C, and keeps step 5's checkpoint; the same call resumes there."""
     import threading
@@ -336,4 +336,8 @@ def test_a_stop_event_the_caller_owns_ends_the_run_at_its_next_step_keeping_it(t
                  stop=stop)
     assert sorted(int(p.name) for p in (tmp_path / "checkpoints").iterdir() if p.name.isdigit()) == [3, 5]
     stop.clear()
-    assert loop.fit(new_engine(MC, TC), base, workdir=tmp_path, progress=False, stop=stop).resumed_from == 5
+    capsys.readouterr()
+    assert loop.fit(new_engine(MC, TC), base, workdir=tmp_path, progress=False, stop=stop, desc="layer_norm"
+                    ).resumed_from == 5
+    # Said in one line, though no progress bar shows where the run began.
+    assert "layer_norm: resuming at step 5 of 8 from its checkpoint" in capsys.readouterr().err

@@ -243,6 +243,20 @@ class Checkpoints:
     def latest_step(self) -> int | None:
         return self.manager.latest_step()
 
+    def finished(self, keep: int = KEEP) -> None:
+        """A finished run keeps its `keep` latest steps (1: the model alone, for a run whose figures mean
+        nothing, where the step before it to fall back to only takes room)."""
+        steps = sorted(self.manager.all_steps())
+        if not steps or len(steps) <= keep or not is_writer():
+            return
+        for step in steps[:-keep]:
+            self.manager.delete(step)
+        self.sums = {k: v for k, v in self.sums.items() if int(k) in steps[-keep:]}
+        fd, tmp = new_file(self.sums_file.parent, f".{self.sums_file.name}.")
+        with os.fdopen(fd, "w") as f:
+            f.write(json.dumps(self.sums, indent=1))
+        os.replace(tmp, self.sums_file)
+
     def close(self):
         self.manager.wait_until_finished()
         self.manager.close()

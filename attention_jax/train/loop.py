@@ -19,6 +19,7 @@ import dataclasses
 import json
 import math
 import pathlib
+import sys
 import threading
 import time
 from typing import Any, Sequence
@@ -30,7 +31,7 @@ from tqdm.auto import tqdm
 from attention_jax.config import TrainConfig
 from attention_jax.errors import ConfigError, Preempted, TrainingDiverged, note
 from attention_jax.speed.backend import backend_of
-from attention_jax.train.checkpoints import Checkpoints, fingerprint
+from attention_jax.train.checkpoints import KEEP, Checkpoints, fingerprint
 from attention_jax.train.programs import token_loss
 from attention_jax.train.distributed import is_writer, to_host
 from attention_jax.train.engine import Engine
@@ -90,15 +91,22 @@ def mean_std(values) -> tuple[float, float]:
 
 def fit(engine: Engine, task: Task, *, seeds: Sequence[int] = (0,), workdir: str | pathlib.Path | None = None,
         resume: bool = True, progress: bool = True, desc: str = "train", steps_per_call: int | None = None,
-        stop: threading.Event | None = None) -> RunResult:
+        stop: threading.Event | None = None, keep_finished: int = KEEP) -> RunResult:
     """Train `engine`'s configuration on `task` for `seeds` (one per engine seed) up to its TrainConfig's
     steps, and score it: a `RunResult`. `workdir`: keep metrics and checkpoints there and resume from
-    them (`resume=False`: start afresh). `stop`: an event the caller owns (a signal handler sets it,
-    say): the loop then stops at its next step as on Ctrl-C, saving what it finished."""
+    them (`resume=False`: start afresh); a finished run keeps its `keep_finished` latest checkpoints
+    (1: the trained model alone). `stop`: an event the caller owns (a signal handler sets it, say):
+    the loop then stops at its next step as on Ctrl-C, saving what it finished."""
+    if isinstance(keep_finished, bool) or not isinstance(keep_finished, int) or keep_finished < 1:
+        raise ConfigError(f"keep_finished={keep_finished!r} must be a whole number of checkpoints, at least 1")
     per_call = choose_steps_per_call(engine.train_config, asked=steps_per_call, checkpoints=workdir is not None,
                                      backend=engine.backend)
     seeds = engine.check_seeds(seeds)
     run = _Run(engine, task, seeds, None if workdir is None else pathlib.Path(workdir), resume, stop)
+    run.keep = keep_finished
+    if 0 < run.start < engine.train_config.steps and is_writer():   # said whether or not a bar shows it
+        print(f"{desc}: resuming at step {run.start:,} of {engine.train_config.steps:,} from its checkpoint",
+              file=sys.stderr, flush=True)
     shown = progress and is_writer()   # tqdm.auto's notebook bar warns without ipywidgets even when off
     bar = (tqdm if shown else plain_tqdm)(total=engine.train_config.steps, initial=run.start, desc=desc,
                                           disable=not shown, dynamic_ncols=True, leave=False)
@@ -221,6 +229,7 @@ class _Run:
         if self.ckpt:
             if self.ckpt.latest_step() != self.tc.steps:
                 self.ckpt.save(self.tc.steps, self.state, self.metrics_file)
+            self.ckpt.finished(self.keep)
             self.ckpt.close()
         final = self.evaluate(self.tc.steps)
         self.log({**final, "seconds": seconds})
