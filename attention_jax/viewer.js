@@ -29,6 +29,13 @@ function attentionViewer(root, d) {
   for (let h = 0; h < H; h++) headSel.appendChild(el("option", {value: h}, String(h)));
   const tabs = [bar.appendChild(el("button", {class: "ajv-tab", "data-view": "head", style: "margin-left: 12px"}, "head view")),
                 bar.appendChild(el("button", {class: "ajv-tab", "data-view": "grid"}, "pattern grid"))];
+  // What each view shows and what a pointer does there, said on the page (the tests read it).
+  const help = root.appendChild(el("div", {class: "ajv-help", style: "color: #555; margin-bottom: 6px"}));
+  const helps = {head: "Left: each token as a query (where it looks from); right: each token as a key. A line's " +
+                       "weight is the attention. Hover a token on the left to see where it looks, on the right to " +
+                       "see what looks at it.",
+                 grid: "One pattern per block and head: row = query, column = key. Click one to enlarge it; hover " +
+                       "the enlarged one to read a weight."};
   // --- the head view: queries on the left, keys on the right, lines between ---
   const headView = root.appendChild(el("div", {class: "ajv-headview",
     style: "position: relative; max-height: 560px; overflow-y: auto; border: 1px solid #ddd; padding: 4px"}));
@@ -100,6 +107,7 @@ function attentionViewer(root, d) {
     cell.addEventListener("click", () => enlarge(l, h));
   }
   function show(which) { headView.style.display = which === "head" ? "" : "none"; grid.style.display = which === "grid" ? "" : "none";
+    help.textContent = helps[which];
     root.dataset.view = which; tabs.forEach(t => t.style.fontWeight = t.dataset.view === which ? "700" : "400"); }
   tabs.forEach(t => t.addEventListener("click", () => show(t.dataset.view)));
   layerSel.addEventListener("change", () => draw(null)); headSel.addEventListener("change", () => draw(null));

@@ -1,6 +1,7 @@
 """The results pages: docs/results/<name>.md written from committed results files, never typed.
 
     python -m experiments.pages --take results    # copy a cpu-preset run's results.json and PNGs into docs/results/
+    python -m experiments.pages --take-smoke DIR  # the smoke preset's times, from experiments.all --preset smoke's DIR
     python -m experiments.pages                   # write every page, the index, README's experiments table,
                                                   # the current figures in docs/performance.md and the CI legs
                                                   # (README, docs/install.md)
@@ -29,6 +30,7 @@ README = ROOT / "README.md"
 PERFORMANCE = ROOT / "docs" / "performance.md"
 BEGIN, END = "<!-- experiments table: python -m experiments.pages -->", "<!-- end of the experiments table -->"
 FIGURES = "<!-- current figures: python -m experiments.pages -->", "<!-- end of the current figures -->"
+SMOKE = DOCS / "smoke_times.json"      # each experiment's smoke-preset seconds (README's table, --help)
 # What each CI leg ran on (docs/ci/<leg>.json, written by the leg: tools/ci_legs.py), in README and install.md.
 CI = ROOT / "docs" / "ci"
 INSTALL = ROOT / "docs" / "install.md"
@@ -151,13 +153,44 @@ def index(results: dict[str, dict]) -> str:
 
 
 def experiments_table(results: dict[str, dict], *, link: str) -> str:
+    smoke = smoke_times()
     rows = []
     for name, r in results.items():
         wall, cached = cost(r)
         rows.append({"command": report.Markdown(f"[`experiments.{name}`]({link.format(name=name)})"), "what": summary(name),
+                     "smoke": _minutes(smoke[name]) if name in smoke else "-",
                      "time": _minutes(wall + cached) if wall else "-", "claims": report.tally(r["claims"]).split(" claims")[0]})
     return report.format_table([("command", "experiment", ""), ("what", "what it regenerates", ""),
-                                ("time", "cpu preset, 2 cores", ""), ("claims", "claims held", "")], rows)
+                                ("smoke", "smoke preset", ""), ("time", "cpu preset, 2 cores", ""),
+                                ("claims", "claims held", "")], rows)
+
+
+def smoke_times() -> dict[str, float]:
+    """Each experiment's smoke-preset wall seconds, from the committed run (`--take-smoke`), {} without one."""
+    try:
+        return json.loads(SMOKE.read_text(encoding="utf-8"))["seconds"]
+    except (OSError, ValueError, KeyError):
+        return {}
+
+
+def take_smoke(run: pathlib.Path) -> dict[str, float]:
+    """The wall seconds of a smoke-preset run of every experiment (`experiments.all --preset smoke`, its
+    --out folder, from an empty row cache) into SMOKE, for README's table and the commands' --help."""
+    from experiments.all import EXPERIMENTS
+    seconds = {}
+    for name in EXPERIMENTS:
+        try:
+            found = json.loads((run / name / "results.json").read_text(encoding="utf-8"))
+        except (OSError, ValueError):
+            continue
+        if found.get("preset") != "smoke":
+            raise ConfigError(f"{run / name / 'results.json'} is not a smoke-preset run")
+        seconds[name] = round(sum(cost(found)), 1)
+    if not seconds:
+        raise ConfigError(f"--take-smoke {run}: no smoke-preset results there; give experiments.all's --out folder")
+    report.atomic_write(SMOKE, json.dumps({"command": "python -m experiments.all --preset smoke", "seconds": seconds},
+                                          indent=1) + "\n")
+    return seconds
 
 
 def readme_with_table(text: str, results: dict[str, dict]) -> str:
@@ -241,10 +274,18 @@ def take(run: pathlib.Path) -> list[str]:
 
 
 def main(argv: list[str] | None = None) -> int:
-    p = argparse.ArgumentParser(prog="python -m experiments.pages", description=__doc__.strip().splitlines()[0])
+    p = argparse.ArgumentParser(prog="python -m experiments.pages", description=__doc__.strip().splitlines()[0],
+                                allow_abbrev=False)
     p.add_argument("--take", metavar="FOLDER", help="first copy a cpu-preset run's results and figures from FOLDER")
+    p.add_argument("--take-smoke", metavar="FOLDER", help="first record the smoke preset's times from "
+                   "experiments.all --preset smoke's FOLDER")
     p.add_argument("--check", action="store_true", help="write nothing; exit 1 if a page differs")
     args = p.parse_args(argv)
+    if args.take_smoke:
+        try:
+            print(f"smoke times of {len(take_smoke(pathlib.Path(args.take_smoke)))} experiments from {args.take_smoke}")
+        except (ConfigError, OSError) as e:
+            return cli.report_error(e)
     if args.take:
         try:
             print(f"took {', '.join(take(pathlib.Path(args.take))) or 'nothing'} from {args.take}")

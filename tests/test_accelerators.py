@@ -186,6 +186,7 @@ def test_a_step_over_an_8_device_mesh_lowers_for_tpu():
 
 # --- the accelerator branches, run on this CPU ------------------------------------------------
 
+@pytest.mark.slow
 @pytest.mark.parametrize("dtype", ["float32", "bfloat16"])
 def test_a_step_built_for_a_tpu_runs_here_as_the_cpu_s(dtype):
     """The fused form (XLA's kernel) and the dense layer's accelerator backward, run on this CPU, train
@@ -204,6 +205,7 @@ def test_a_step_built_for_a_tpu_runs_here_as_the_cpu_s(dtype):
     np.testing.assert_allclose(runs["tpu"], runs["cpu"], rtol=tolerance)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("weights", ["float32", "bfloat16", "int8"])
 def test_decoding_built_for_a_gpu_runs_here_to_the_cpu_s_tokens(weights):
     """The off-CPU products (float32's dot, bfloat16's hi + lo, int8's two parts), run on this CPU, draw

@@ -142,3 +142,21 @@ def test_taking_a_damaged_or_missing_run_is_one_line(tmp_path, capsys):
     assert pages.main(["--take", str(tmp_path / "run"), "--check"]) == 2
     err = capsys.readouterr().err.strip()
     assert len(err.splitlines()) == 1 and "is no JSON" in err
+
+
+def test_the_experiments_page_lists_every_experiment_all_runs():
+    from experiments.all import EXPERIMENTS
+    page = (ROOT / "docs" / "experiments.md").read_text(encoding="utf-8")
+    assert [n for n in EXPERIMENTS if f"| `experiments.{n}` |" not in page] == []
+
+
+def test_every_table_in_the_docs_ends_before_the_text_after_it():
+    """A table with no blank line after it takes the next paragraph in as a row (library.md's hook table
+    swallowed the `ablate` paragraph)."""
+    pages = [ROOT / "README.md", ROOT / "CONTRIBUTING.md", *sorted((ROOT / "docs").rglob("*.md"))]
+    unclosed = []
+    for page in pages:
+        lines = page.read_text(encoding="utf-8").splitlines()
+        unclosed += [f"{page.relative_to(ROOT)}:{i + 2}" for i, line in enumerate(lines[:-1])
+                     if line.startswith("|") and lines[i + 1].strip() and not lines[i + 1].startswith(("|", "<!--"))]
+    assert unclosed == []

@@ -130,6 +130,7 @@ def test_logits_that_are_not_finite_are_refused_not_decoded_as_token_0(model):
     assert "\n" not in str(info.value)
 
 
+@pytest.mark.slow
 def test_ctrl_c_ends_a_long_generate_within_a_second_keeping_the_tokens_drawn(model):
     """The tokens come in chunks of about a quarter of a second: an interrupt is answered at the next
     chunk's end, and the texts drawn so far come with it, each the start of the uninterrupted text."""

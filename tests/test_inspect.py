@@ -420,6 +420,7 @@ def test_a_bidirectional_ablation_of_a_model_without_attention_is_refused():
             pass
 
 
+@pytest.mark.slow
 def test_a_patch_reading_a_global_is_not_served_a_program_of_its_old_value():
     """`generate` compiles the model with its patches; a patch function whose global changed gave the text
     of the old value. Patches are keyed by what they compute with."""

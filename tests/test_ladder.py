@@ -15,6 +15,7 @@ import time
 
 import pytest
 
+from attention_jax.errors import DataError
 from experiments import ladder
 from experiments.harness import report
 
@@ -140,7 +141,10 @@ def test_user_errors_are_one_line_and_exit_2(tmp_path, capsys, args, start):
 def test_a_corpus_error_names_the_flag_that_gave_the_path(tmp_path, capsys):
     """The library's messages name no flag; the command line puts its own in (--data, --corpus)."""
     assert ladder.main([*SMOKE, "--data", "/nonexistent", "--out", str(tmp_path)]) == 2
-    assert "pass --data PATH" in capsys.readouterr().err
+    err = capsys.readouterr().err        # the path the user gave, not advice to give one
+    assert "corpus not found at /nonexistent (the path given as --data PATH): no such file" in err
+    with pytest.raises(DataError, match=r"the path given as data=PATH\)"):  # from Python: the keyword, not the flag
+        ladder.EXPERIMENT(preset="smoke", data="/nonexistent", out=str(tmp_path))
     missing = tmp_path / "mine.txt"
     assert ladder.main([*SMOKE, "--corpus", str(missing), "--out", str(tmp_path)]) == 2
     assert capsys.readouterr().err.startswith(f"error: --corpus {missing}: no such file")

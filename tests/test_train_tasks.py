@@ -76,6 +76,7 @@ def test_the_identity_is_a_copy_and_the_task_is_frozen():
         task.sample = None
 
 
+@pytest.mark.slow
 def test_a_run_on_other_tokens_or_another_loss_is_not_resumed(tmp_path):
     """Resumed on other tokens (or with another loss), fit returned the first run's model at its last step."""
     from attention_jax.errors import CheckpointError
@@ -92,6 +93,7 @@ def test_a_run_on_other_tokens_or_another_loss_is_not_resumed(tmp_path):
     assert fit(new_engine(), task(TRAIN), seeds=[0], workdir=tmp_path, progress=False).resumed_from == TC.steps
 
 
+@pytest.mark.slow
 def test_an_identity_holding_a_tuple_resumes(tmp_path):
     """JSON reads a tuple back as a list: every resume was refused as another configuration's."""
     from attention_jax.train import fit, text_task

@@ -86,6 +86,7 @@ def test_in_a_real_browser_hover_choose_click_and_read(browser, tmp_path):
     want = weights_of(model, ids)
     page, asked, errors = open_page(browser, path)
     lines = page.locator(".ajv-lines")
+    assert "Left: each token as a query" in page.text_content(".ajv-help")   # the page says what is where
     page.hover(".ajv-queries .ajv-token[data-i='7']")                     # where query 7 looks, heads averaged
     assert int(lines.get_attribute("data-strongest")) == int(want[0, :, 7].mean(0).argmax())
     assert int(lines.get_attribute("data-lines")) == int((want[0, :, 7].mean(0) >= 0.01).sum())
@@ -96,7 +97,7 @@ def test_in_a_real_browser_hover_choose_click_and_read(browser, tmp_path):
     page.hover(".ajv-keys .ajv-token[data-i='3']")                        # what looks at key 3
     assert int(lines.get_attribute("data-strongest")) == int(want[1, 2, :, 3].argmax())
     page.click(".ajv-tab[data-view='grid']")
-    assert page.locator(".ajv-cell").count() == 2 * 4
+    assert page.locator(".ajv-cell").count() == 2 * 4 and "row = query, column = key" in page.text_content(".ajv-help")
     page.click(".ajv-cell[data-l='1'][data-h='3']")
     assert page.get_attribute(".ajv", "data-shown") == "1,3"
     box = page.locator(".ajv-big-canvas").bounding_box()

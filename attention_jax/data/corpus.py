@@ -215,7 +215,8 @@ def resolve_corpus(path: str | os.PathLike | None = None, *, download: bool = Tr
         given = pathlib.Path(path).expanduser()
         candidate = given / CORPUS_NAME if given.is_dir() else given
         if not candidate.is_file():
-            raise DataError(f"corpus not found at {candidate} (the path given); fix it, or {_ways()}")
+            raise DataError(f"corpus not found at {candidate} (the path given): no such file; give the path of "
+                            f"{CORPUS_NAME}, or of a folder holding it")
         return _verified(candidate)
     folder = os.environ.get(DATA_ENV)
     if folder:

@@ -42,9 +42,27 @@ def parser(name: str, description: str, presets: Mapping[str, object] | None = N
     if presets:
         order = sorted(presets, key=lambda n: PRESET_ORDER.index(n) if n in PRESET_ORDER else len(PRESET_ORDER))
         p.add_argument("--preset", default=None,
-                       help=f"one of {', '.join(order)} (default: paper on a GPU/TPU, cpu otherwise)")
+                       help=f"one of {', '.join(order)} (default: paper on a GPU/TPU, cpu otherwise)" + durations(name))
     p.add_argument("--out", default="results", help="folder for results (default: results/)")
     return p
+
+
+def durations(name: str) -> str:
+    """How long the committed runs of `name` took, for --help ("; committed runs: smoke 27 s, cpu 86 min on
+    2 cores"), or "" where a checkout's docs/results are not there (an installed package)."""
+    try:
+        from experiments import pages
+        said = []
+        smoke = pages.smoke_times()
+        if name in smoke:
+            said.append(f"smoke {pages._minutes(smoke[name])}")
+        if (pages.DOCS / name / "results.json").is_file():
+            wall, cached = pages.cost(pages.load(name))
+            if wall:
+                said.append(f"cpu {pages._minutes(wall + cached)} on 2 cores")
+    except (OSError, ValueError, KeyError, ImportError):
+        return ""
+    return f"; committed runs: {', '.join(said)}" if said else ""
 
 
 def _positive(kind, what: str):
@@ -259,7 +277,8 @@ def report_error(e: BaseException) -> int:
     if isinstance(e, KeyboardInterrupt):
         message = (f"preempted: every process saved step {e.step} and stopped; rerun the same command to continue "
                    "from it" if isinstance(e, Preempted) else
-                   "interrupted: finished results are kept; rerun the same command to continue")
+                   "interrupted: finished results are kept, and a row cut short resumes from its last checkpoint; "
+                   "rerun the same command to continue")
         print(message, file=sys.stderr, flush=True)
         return EXIT_INTERRUPTED
     message = " ".join(str(e).split())

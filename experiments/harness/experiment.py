@@ -14,10 +14,13 @@ inline in a notebook and are saved as files everywhere.
 from __future__ import annotations
 
 import argparse
+import atexit
 import contextlib
 import dataclasses
 import os
 import pathlib
+import re
+import shutil
 import sys
 import tempfile
 import time
@@ -218,8 +221,14 @@ class Experiment:
             setattr(args, key, value)
         if "out" not in options:
             args.out = tempfile.mkdtemp(prefix="attention_jax-")
-            print(f"results: {args.out}/{self.name} (a temporary folder; out=FOLDER keeps them)", flush=True)
-        return self.execute(args, show=False)      # the Result shows its tables and claims itself
+            atexit.register(shutil.rmtree, args.out, ignore_errors=True)
+            print(f"results: {args.out}/{self.name} (a temporary folder, removed when Python exits; out=FOLDER "
+                  "keeps them)", flush=True)
+        try:
+            return self.execute(args, show=False)      # the Result shows its tables and claims itself
+        except UserError as e:     # in the caller's terms: a keyword where the command line has a flag
+            e.args = (re.sub(r"--([a-z][\w-]*) ", lambda m: m.group(1).replace("-", "_") + "=", str(e)),)
+            raise
 
     def main(self, argv: list[str] | None = None) -> int:
         """The command line: run, print, save; one line and exit 2 for a user error, 130 for Ctrl-C."""

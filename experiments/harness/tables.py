@@ -38,7 +38,7 @@ class Table:
             with cli.flag_named("--corpus"):
                 info = check_text_file(ctx.corpus)
         else:
-            with cli.flag_named(words={GIVE_PATH: "pass --data PATH"}):
+            with cli.flag_named(words={GIVE_PATH: "pass --data PATH", "(the path given)": "(the path given as --data PATH)"}):
                 info = check_text_file(resolve_corpus(ctx.data))
         tokens = load_tokens(info.path, vocab_size=vocab_size)
         if len(tokens) < 10 * (longest + 1):
