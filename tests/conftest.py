@@ -367,3 +367,17 @@ def torch():
     torch = oracle("torch")
     torch.set_num_threads(1)
     return torch
+
+
+@pytest.fixture
+def without_torch(monkeypatch):
+    """torch hidden from import for one test (`import torch` raises ImportError, as on the base install).
+    The lab's twin module, if first imported meanwhile, holds torch's absence: it is put back after, as it
+    was before the test, so the parity tests after it still find their twins."""
+    import experiments
+    kept = sys.modules.get("experiments.torch_ref"), vars(experiments).get("torch_ref")
+    monkeypatch.setitem(sys.modules, "torch", None)
+    yield
+    sys.modules.pop("experiments.torch_ref", None), vars(experiments).pop("torch_ref", None)
+    if kept[0] is not None:
+        sys.modules["experiments.torch_ref"], experiments.torch_ref = kept

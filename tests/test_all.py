@@ -103,10 +103,9 @@ def test_a_smoke_report_leaves_what_its_budget_cannot_decide_unchecked(tmp_path,
 
 
 @pytest.mark.slow
-def test_without_torch_every_experiment_runs_and_says_what_it_left_unmeasured(tmp_path, monkeypatch, capsys):
+def test_without_torch_every_experiment_runs_and_says_what_it_left_unmeasured(tmp_path, without_torch, capsys):
     """torch hidden: parity and throughput run on the base install, each saying in one line what it could
     not measure and how to install it; their comparisons' claims are not checked, never passed."""
-    monkeypatch.setitem(sys.modules, "torch", None)
     code = everything.main(["--preset", "smoke", "--only", "averaging,parity,throughput", "--out", str(tmp_path)])
     out = capsys.readouterr().out
     assert code == 0

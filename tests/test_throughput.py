@@ -58,10 +58,8 @@ def test_auto_dtype_times_bfloat16_products_only_on_a_cpu_with_bfloat16_units(on
 
 
 @pytest.mark.slow
-def test_without_torch_ours_runs_alone_and_says_so(tmp_path, monkeypatch, capsys):
+def test_without_torch_ours_runs_alone_and_says_so(tmp_path, without_torch, capsys):
     import json
-    import sys
-    monkeypatch.setitem(sys.modules, "torch", None)
     assert throughput.main(["--preset", "smoke", "--out", str(tmp_path)]) == 0
     assert "PyTorch's step: not measured, PyTorch is not installed" in capsys.readouterr().out
     claims = json.loads((tmp_path / "throughput" / "results.json").read_text())["claims"]

@@ -18,7 +18,7 @@ from attention_jax.errors import ConfigError, TrainingDiverged
 from attention_jax.train import Engine, unstack_seed
 from attention_jax.train import loop
 
-from helpers import MC, TC, assert_same_state, leaves, new_engine, one_line, run
+from helpers import MC, TC, assert_same_state, leaves, new_engine, one_line, run, saved_steps
 
 
 pytestmark = pytest.mark.usefixtures("private_cache")   # no test here may touch the user's cache
@@ -341,3 +341,16 @@ def test_a_stop_event_the_caller_owns_ends_the_run_at_its_next_step_keeping_it(t
                     ).resumed_from == 5
     # Said in one line, though no progress bar shows where the run began.
     assert "layer_norm: resuming at step 5 of 8 from its checkpoint" in capsys.readouterr().err
+
+
+def test_a_finished_run_keeps_the_checkpoints_it_is_asked_to(tmp_path):
+    """Two by default (the last, and one to fall back to); `keep_finished=1`: the trained model alone."""
+    from helpers import task
+    loop.fit(new_engine(MC, TC), task(), workdir=tmp_path / "two", progress=False)
+    assert saved_steps(tmp_path / "two") == [6, 8]
+    done = loop.fit(new_engine(MC, TC), task(), workdir=tmp_path / "one", progress=False, keep_finished=1)
+    assert saved_steps(tmp_path / "one") == [8]
+    again = loop.fit(new_engine(MC, TC), task(), workdir=tmp_path / "one", progress=False, keep_finished=1)
+    assert again.resumed_from == 8 and again.final == done.final
+    with pytest.raises(ConfigError, match="keep_finished=0 must be a whole number"):
+        loop.fit(new_engine(MC, TC), task(), workdir=tmp_path / "none", progress=False, keep_finished=0)

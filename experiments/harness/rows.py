@@ -184,10 +184,8 @@ def train_row(name: str, model_config: ModelConfig, train_config: TrainConfig, t
               "training that row from the start")
         fresh = True
     try:
-        # A smoke row's figures mean nothing: once finished it keeps its model alone (what a table reopens), not
-        # the step before it as well, so a try-out leaves half the checkpoints behind.
         result = fit(engine, task, seeds=seeds, workdir=folder / "runs" / key, resume=not fresh, progress=progress,
-                     desc=name, steps_per_call=steps_per_call, stop=STOP, keep_finished=1 if preset == "smoke" else 2)
+                     desc=name, steps_per_call=steps_per_call, stop=STOP)
     except TrainingDiverged as e:    # in the command line's terms: the row, its flag, what is recorded
         keep = f"its last good checkpoint (step {e.kept}) is kept" if e.kept else "no checkpoint of it is kept"
         e.args = (f"row {name!r} diverged at step {e.step}: {e.what}; the learning rate (lr={e.lr:g}) is the likely "
