@@ -209,24 +209,20 @@ def direct_logit_attribution(model, tokens, answer, wrong, *, position: int = -1
                        for i in range(model.config.n_layers)])                               # [L, B, H, D_head]
         per_head = jnp.einsum("LBHd,LHdD->LHBD", z, w["o"])                                    # [L, H, B, D]
         return Sweep(np.asarray(attribute(per_head), np.float64), ("layer", "head"), "head_output", "direct")
-    labels = ["embed"] + (["positions"] if "positions" in cache else []) + \
-        [f"{i}.{part}" for i in range(model.config.n_layers) for part in ("mixer_out", "ffn_out")
-         if f"blocks.{i}.{part}" in cache]
-    parts = [cache["embed"][:, position]] + ([jnp.broadcast_to(cache["positions"][position], final.shape)]
-                                             if "positions" in cache else [])
-    parts += [cache[f"blocks.{n}"][:, position] for n in labels if "." in n]
-    return Sweep(np.asarray(attribute(jnp.stack(parts)), np.float64), ("component",), "component", "direct",
-                 tuple(labels))
+    named = [("embed", cache["embed"][:, position])]                                          # (label, [B, D])
+    if "positions" in cache:
+        named.append(("positions", jnp.broadcast_to(cache["positions"][position], final.shape)))
+    named += [(f"{i}.{part}", cache[f"blocks.{i}.{part}"][:, position]) for i in range(model.config.n_layers)
+              for part in ("mixer_out", "ffn_out") if f"blocks.{i}.{part}" in cache]
+    labels, parts = zip(*named)
+    return Sweep(np.asarray(attribute(jnp.stack(parts)), np.float64), ("component",), "component", "direct", labels)
 
 
 def value_bias(model, block: int) -> jax.Array:
     """Block `block`'s value bias per head, [H, D_head]: what every position's value holds whatever its
     token (the projection's bias, and the pre-norm LayerNorm's shift through W_V); zeros without either."""
     mixer, cfg = model.blocks[block].mixer, model.config
-    bias = jnp.zeros((cfg.heads_used, cfg.d_head_used))
-    own = mixer.qkv.bias if hasattr(mixer, "qkv") else mixer.v.bias
-    if own is not None:
-        bias = bias + (mixer.columns(own[...])[2] if hasattr(mixer, "qkv") else own[...][None])
+    bias = mixer.value_bias()
     ln = model.blocks[block].ln1
     if ln is not None and ln.bias is not None and cfg.norm == "pre":
         bias = bias + jnp.einsum("D,HDd->Hd", ln.bias[...], mixer.head_weights()["v"])

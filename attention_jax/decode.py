@@ -2,7 +2,7 @@
 
 `windows`: uncached, each step a whole window of `context` tokens of each row's text;
 `cached`: the prompt in one call (`prefill`), then one position a step (`extend`), the keys
-and values kept. `graphdef` and `state` are a model made ready to decode (`generate.Decoder`),
+and values kept by the key/value cache's twins (`kv_cache`, swapped into a copy: `twins`). `graphdef` and `state` are a model made ready to decode (`generate.Decoder`),
 so no call converts or lays out its weights again.
 
 The new tokens come in chunks, each one compiled call of a `while` loop whose length is an
@@ -20,6 +20,8 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 from flax import nnx
+
+from attention_jax import kv_cache
 
 CHUNK_SECONDS = 0.25     # a Ctrl-C is answered within about this, and each chunk costs one call's launch
 FIRST_CHUNK = 4
@@ -95,33 +97,33 @@ def _windows(graphdef, state, buf, lengths, key, temperature, at, count, *, gree
     return jax.lax.fori_loop(at, at + count, step, (buf, key, jnp.bool_(True)))
 
 
-@functools.partial(jax.jit, static_argnames=("graphdef", "length"))
-def prefill(graphdef, state, prompt, padding, *, length: int):
-    """The prompts (left-padded to one length, `padding[b]` slots in row b) through the model in one
-    call, its cache made for `length` slots: (the cache's state, for `extend`; the logits of each row's
-    last position [B, V])."""
+def twins(graphdef, state, batch: int, length: int):
+    """The model of `graphdef` and `state` with the key/value cache's twins in (`kv_cache.cached`, for
+    `batch` rows of `length` slots), split as (its graph, its empty cache, the rest): made once a shape,
+    nothing computed; the rest holds `state`'s very arrays."""
     model = nnx.merge(graphdef, state)
-    model.init_cache(prompt.shape[0], length, padding=padding)
-    logits = model(prompt)[:, -1]
+    kv_cache.cached(model, batch, length)
+    return nnx.split(model, nnx.Cache, ...)
+
+
+@functools.partial(jax.jit, static_argnames=("graph",))
+def prefill(graph, rest, empty, prompt, padding):
+    """The prompts (left-padded to one length, `padding[b]` slots in row b) through the cached model
+    (`twins`) in one call: (the cache's state, for `extend`; the logits of each row's last position [B, V])."""
+    model = nnx.merge(graph, empty, rest)
+    decoding = kv_cache.Cached.resume(model)
+    if decoding.clock is not None:
+        decoding.clock.start[...] = padding
+    logits = decoding(prompt)[:, -1]
     return nnx.state(model, nnx.Cache), logits
-
-
-def cached_graphdef(graphdef, state, batch: int, length: int):
-    """The graph of the model with its cache made, split as (the cache, the rest: `state` itself), found
-    without computing: `extend` merges it with both."""
-    def made(state):
-        model = nnx.merge(graphdef, state)
-        model.init_cache(batch, length)
-        return model
-    return nnx.split(nnx.eval_shape(made, state), nnx.Cache, ...)[0]
 
 
 @functools.partial(jax.jit, static_argnames=("graph", "greedy", "top_k"), donate_argnames=("cache", "out"))
 def extend(graph, state, cache, logits, key, temperature, out, at, count, *, greedy: bool, top_k):
     """`count` new tokens, each drawn from `logits`, written to `out` [B, N] at column `at` + i and fed
-    through the cached model (`graph` merged with `cache` and the weights' `state`) for the next
-    logits: (cache, logits, key, out, whether every logit drawn from was finite). The weights go in
-    and not out: a call copies none of them."""
+    through the cached model (`graph` merged with `cache` and the rest of its `state`, the weights:
+    `twins`) for the next logits: (cache, logits, key, out, whether every logit drawn from was finite).
+    The weights go in and not out: a call copies none of them."""
     def step(i, carry):
         # Opaque to XLA each step, the weights included: else it hoists their conversion to float32 out
         # of the loop, and every token reads float32 weights, whatever dtype they are stored in.
@@ -129,7 +131,7 @@ def extend(graph, state, cache, logits, key, temperature, out, at, count, *, gre
         token, key = _draw(logits, key, temperature, greedy, top_k)
         model = nnx.merge(graph, cache, state)
         finite = finite & _finite(logits)
-        logits = model(token[:, None])[:, -1]
+        logits = kv_cache.Cached.resume(model)(token[:, None])[:, -1]
         out = jax.lax.dynamic_update_slice(out, token[:, None], (0, i))
         return state, nnx.state(model, nnx.Cache), logits, key, out, finite
 
@@ -158,13 +160,13 @@ def _chunks(total: int, run) -> None:
 
 
 def cached(graphdef, state, prompt, padding, key, temperature, *, n: int, greedy: bool, top_k,
-           graph=None) -> np.ndarray:
-    """The prompts [B, P] followed by `n` new tokens each, [B, P + n], decoded with the cache; `graph`:
-    `cached_graphdef`'s answer, when the caller keeps it (finding it traces the model, ~0.1 s for GPT-2)."""
+           made=None) -> np.ndarray:
+    """The prompts [B, P] followed by `n` new tokens each, [B, P + n], decoded with the cache; `made`:
+    `twins`' answer for this shape, when the caller keeps it."""
     B, P = prompt.shape
-    length = P + n - 1                 # the prompt and every new token but the last are fed back
-    graph = graph or cached_graphdef(graphdef, state, B, length)
-    cache, logits = prefill(graphdef, state, prompt, padding, length=length)
+    graph, empty, rest = made or twins(graphdef, state, B, P + n - 1)   # every new token but the last fed back
+    cache, logits = prefill(graph, rest, empty, prompt, padding)
+    state = rest
     c = {"cache": cache, "logits": logits, "key": key, "out": jnp.zeros((B, n), jnp.int32), "done": 0}
 
     def run(at, count):

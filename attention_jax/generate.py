@@ -4,8 +4,8 @@
     print(tokenizer.decode(ids))
 
 One compiled program per (model structure, prompt shape, number of tokens). By default the
-prompt goes through the model once (prefill, `LanguageModel.init_cache`), then each new
-token alone, reading the keys and values the cache keeps: O(T) work a token, up to the
+prompt goes through the model once (prefill, with `kv_cache`'s twins swapped into a copy), then
+each new token alone, reading the keys and values the cache keeps: O(T) work a token, up to the
 model's context. `cache=False` is the reference it is tested against: each step feeds the
 model a whole window of `context` tokens (the text so far padded on the right, which the
 causal mask hides, or its last `context` tokens), so it also writes past the context.
@@ -151,8 +151,6 @@ def _check_model(model) -> None:
     if any(isinstance(m, Bidirectional) for _, m in nnx.iter_modules(model)):
         raise ConfigError("the model sees the future (a bidirectional mask is swapped in): generating one token "
                           "at a time needs the causal mask; generate outside the ablation")
-    if any(getattr(m, "cache", None) is not None for _, m in nnx.iter_modules(model)):
-        raise ConfigError("the model is decoding already (init_cache); call model.drop_cache() first")
 
 
 class Decoder:
@@ -179,7 +177,7 @@ class Decoder:
         self.config, self.speed, self.weights = model.config, speed, weights
         self.graphdef, self.state = _prepared(model, speed, weights, self.backend)
         self._finite = _finite(nnx.state(model, nnx.Param))   # the weights as given: says why logits were not
-        self._graphs = {}
+        self._made = {}
 
     def __call__(self, prompt, n: int, *, key=None, temperature: float = 1.0, top_k: int | None = None,
                  cache: bool = True):
@@ -194,11 +192,11 @@ class Decoder:
             for r, (row, pad) in enumerate(zip(rows, padding)):
                 buf[r, pad:] = row
             shape = (len(rows), P + n - 1)
-            if shape not in self._graphs:                # the cached model's graph, found once a shape
-                self._graphs[shape] = decode.cached_graphdef(self.graphdef, self.state, *shape)
+            if shape not in self._made:                  # the cache's twins, made once a shape
+                self._made[shape] = decode.twins(self.graphdef, self.state, *shape)
             starts, run = padding, lambda: decode.cached(self.graphdef, self.state, jnp.asarray(buf),
                                                          jnp.asarray(padding), key, temperature, **options,
-                                                         graph=self._graphs[shape])
+                                                         made=self._made[shape])
         else:
             buf = np.zeros((len(rows), max(T, P + n)), np.int32)
             for r, row in enumerate(rows):

@@ -27,6 +27,7 @@ from flax import nnx
 from attention_jax.config import ModelConfig
 from attention_jax.errors import ConfigError
 from attention_jax.fingerprint import Keyed
+from attention_jax.swap import replaced, select, swap  # noqa: F401  (part of inspect's API)
 from attention_jax.model import Bidirectional, Head, Hook, LanguageModel, MultiHeadAttention
 
 
@@ -59,56 +60,7 @@ def deterministic(model):
     return copy
 
 
-# --- select and replace ----------------------------------------------------------------------
-
-def _path(name: str) -> list:
-    return [int(p) if p.isdigit() else p for p in name.split(".")]
-
-
-def select(model, path: str):
-    """The part of `model` at a dotted path such as "blocks.1.mixer"."""
-    node = model
-    for part in _path(path):
-        try:
-            node = node[part] if isinstance(part, int) else getattr(node, part)
-        except (AttributeError, IndexError, TypeError):
-            raise ConfigError(f"the model has no part {path!r}") from None
-    return node
-
-
-def swap(model, parts: Mapping[str, object]) -> Callable[[], None]:
-    """Put the parts at the given paths in place of those there (None removes a sub-layer), in order;
-    the function returned puts the old ones back, in reverse (so a path through a part swapped
-    earlier is undone first). A path that does not exist undoes what was done and raises."""
-    swapped = []   # (parent, attribute, the part before)
-
-    def undo():
-        while swapped:
-            owner, last, old = swapped.pop()
-            setattr(owner, last, old)
-    try:
-        for path, new in parts.items():
-            *parent, last = path.split(".")
-            owner = select(model, ".".join(parent)) if parent else model
-            old = select(model, path)
-            swapped.append((owner, last, old))
-            setattr(owner, last, new)
-    except BaseException:
-        undo()
-        raise
-    return undo
-
-
-@contextlib.contextmanager
-def replaced(model, parts: Mapping[str, object]):
-    """Swap the parts at the given paths for others (None removes a sub-layer); put them back on exit,
-    even when the body raises."""
-    undo = swap(model, parts)
-    try:
-        yield model
-    finally:
-        undo()
-
+# --- select and replace: `attention_jax.swap`, the one mechanism beneath every swap -------------------
 
 def hook_names(model) -> list[str]:
     """Every hook point this model computes, by its public name (one whose part is absent or switched
@@ -120,6 +72,8 @@ def _computed(model, path) -> bool:
     """Whether the model's forward pass goes through the hook point at `path`: a patch or a record of
     one it skips would silently do nothing."""
     names = [str(p) for p in path]
+    if "reference" in names:           # a twin's part as built (speed, kv_cache): reached through the twin
+        return False
     if names == ["hook_positions"]:
         return model.config.positions in ("learned", "sinusoidal")
     if names == ["hook_ln_final"]:

@@ -1,7 +1,7 @@
 """The parts every model is built of: projections, norms, dropout, and the points inspection swaps.
 
-`Dense`, `TokenEmbed` and `LayerNorm` hold float32 parameters and call the functional core; with a
-compute dtype (mixed precision) `Dense` multiplies in it. `Hook` (an identity at a named
+`Dense`, `TokenEmbed`, `PositionTable` and `LayerNorm` hold float32 parameters and call the
+functional core; with a compute dtype (mixed precision) `Dense` multiplies in it. `Hook` (an identity at a named
 point) and `CausalMask` exist to be swapped by `attention_jax.inspect`; `check_ids` refuses
 token ids outside the vocabulary. `projection`, `dropout`, `compute_dtype` and
 `embedding_init` build the parts as a `ModelConfig` says.
@@ -15,7 +15,7 @@ from flax import nnx
 
 from attention_jax import functional as F
 from attention_jax.config import ModelConfig
-from attention_jax.errors import DataError
+from attention_jax.errors import ConfigError, DataError
 
 
 # Two initialisations (`ModelConfig.init`). "torch": PyTorch's defaults, which the book's
@@ -61,6 +61,26 @@ class TokenEmbed(nnx.Embed):
 
     def attend(self, x):
         return jnp.einsum("...D,VD->...V", x, self.embedding[...].astype(x.dtype))
+
+
+class PositionTable(nnx.Embed):
+    """Learned positions: a row a position, `rows(T)` the first T [T, D] (a text past the table is refused)."""
+
+    def rows(self, T: int):
+        if T > self.num_embeddings:
+            raise ConfigError(f"{T} positions exceed the learned position table ({self.num_embeddings} rows); "
+                              "raise max_positions")
+        return self.embedding[:T]
+
+
+class SinusoidalPositions(nnx.Module):
+    """Vaswani et al.'s fixed positions: `rows(T)` [T, D], computed, nothing learned."""
+
+    def __init__(self, d: int):
+        self.d = d
+
+    def rows(self, T: int):
+        return F.sinusoidal_positions(T, self.d)
 
 
 class LayerNorm(nnx.Module):
@@ -112,55 +132,6 @@ class Bidirectional(CausalMask):
 
     def __call__(self, T: int):
         return None
-
-
-def decoding_positions(index, start, t: int) -> jax.Array:
-    """[B, t]: the positions of slots index .. index + t - 1 in each row, left-padded by start[b] slots
-    (negative in the padding)."""
-    return (index + jnp.arange(t))[None, :] - start[:, None]
-
-
-class KVCache(nnx.Module):
-    """What a mixer has seen so far, for decoding one position at a time: its values (and keys)
-    at every slot up to `max_len`, preallocated so that shapes stay fixed under jit, and how
-    many slots are written. `shape`: [B, H, max_len, D] for attention, [B, max_len, D] for the
-    average. Rows of unequal length are left-padded: row b's text begins at slot `start[b]`, so
-    slot s holds its position s - start[b], and the slots before it are read by no query."""
-
-    def __init__(self, shape: tuple[int, ...], dtype, *, keys: bool = True, start=None):
-        # One row of attention is kept as [H, max_len, D]: held as [1, H, max_len, D], XLA's CPU backend
-        # copies the whole cache several times a token, where it writes one slot in place otherwise.
-        self.shape = tuple(shape)
-        stored = self.shape[1:] if len(shape) == 4 and shape[0] == 1 else self.shape
-        self.k = nnx.Cache(jnp.zeros(stored, dtype)) if keys else None
-        self.v = nnx.Cache(jnp.zeros(stored, dtype))
-        self.index = nnx.Cache(jnp.zeros((), jnp.int32))
-        # A copy of its own: a decoding loop may donate the state, and one buffer cannot be donated twice.
-        self.start = nnx.Cache(jnp.zeros(shape[:1], jnp.int32) if start is None else jnp.array(start, jnp.int32))
-
-    def slots(self, t: int) -> jax.Array:
-        """Where the next t positions go: [t], one slot for every row."""
-        return self.index[...] + jnp.arange(t)
-
-    def positions(self, t: int) -> jax.Array:
-        """The next t positions of each row, [B, t]: `decoding_positions`."""
-        return decoding_positions(self.index[...], self.start[...], t)
-
-    def visible(self, t: int) -> jax.Array:
-        """bool [B, t, max_len]: the next t queries see the slots at or before their own, from their row's start."""
-        at, slot = self.slots(t), jnp.arange(self.v.shape[-2])
-        return (slot[None, None, :] <= at[None, :, None]) & (slot[None, None, :] >= self.start[...][:, None, None])
-
-    def append(self, v, k=None):
-        """Write t new slots; every value (and key) written so far, zeros past them: [..., max_len, D]."""
-        start = self.index[...]
-        write = lambda cache, new: jax.lax.dynamic_update_slice_in_dim(
-            cache, new.astype(cache.dtype).reshape(*cache.shape[:-2], *new.shape[-2:]), start, axis=-2)
-        self.v[...] = write(self.v[...], v)
-        if k is not None:
-            self.k[...] = write(self.k[...], k)
-        self.index[...] = start + v.shape[-2]
-        return self.v[...].reshape(self.shape), None if k is None else self.k[...].reshape(self.shape)
 
 
 def check_ids(tokens, vocab_size: int) -> None:

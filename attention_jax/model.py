@@ -28,24 +28,16 @@ from attention_jax import functional as F
 from attention_jax.config import ModelConfig
 from attention_jax.errors import ConfigError
 from attention_jax.layers import (  # noqa: F401  (Hook, masks, check_ids: part of the model's API)
-    Bidirectional, CausalMask, Dense, Hook, KVCache, LayerNorm, check_ids, compute_dtype, decoding_positions, dropout,
-    embedding_init, projection, TokenEmbed)
+    Bidirectional, CausalMask, Dense, Hook, LayerNorm, PositionTable, SinusoidalPositions, check_ids, compute_dtype,
+    dropout, embedding_init, projection, TokenEmbed)
 
 # --- context mixers --------------------------------------------------------------------------
 
 class UniformAverage(nnx.Module):
     """Each position becomes the mean of its prefix: attention with every score equal."""
 
-    def __init__(self):
-        self.cache = nnx.data(None)     # a KVCache of the inputs seen so far, while decoding
-
     def __call__(self, x):
-        if self.cache is None:
-            return jnp.einsum("TS,...SD->...TD", F.uniform_causal_weights(x.shape[-2]).astype(x.dtype), x)
-        pos, seen = self.cache.positions(x.shape[-2]), self.cache.visible(x.shape[-2])     # [B, T], [B, T, S]
-        values, _ = self.cache.append(x)
-        w = seen / jnp.maximum(pos[..., None] + 1.0, 1.0)      # a padding slot's query sees nothing: 0, not 0/0
-        return jnp.einsum("BTS,BSD->BTD", w.astype(x.dtype), values)
+        return jnp.einsum("TS,...SD->...TD", F.uniform_causal_weights(x.shape[-2]).astype(x.dtype), x)
 
 
 class DotProductAttention(nnx.Module):
@@ -53,7 +45,7 @@ class DotProductAttention(nnx.Module):
 
     Hook points, each [B, H, T, S]: scores (scaled, plus the ALiBi bias, before the mask) and
     weights (after the softmax, before dropout). `mask` is a part (`CausalMask`), so a mask of
-    one's own is a swap; a mask passed in (decoding: what the cache holds) stands in for it.
+    one's own is a swap; a mask passed in (bool [..., T, S]) stands in for it.
     """
 
     def __init__(self, config: ModelConfig, *, rngs: nnx.Rngs):
@@ -63,43 +55,38 @@ class DotProductAttention(nnx.Module):
         self.hook_scores, self.hook_weights = Hook(), Hook()
 
     def __call__(self, q, k, v, *, bias=None, mask=None):   # q [B, H, T, D], k and v [B, H, S, D]
-        if mask is not None and type(self.mask) is not CausalMask:
-            raise ConfigError(f"decoding reads the past only; a {type(self.mask).__name__} cannot decode")
         scores = self.hook_scores(F.attention_scores(q, k, scale=self.scale, bias=bias))
         weights = self.hook_weights(F.masked_softmax(scores, self.mask(q.shape[-2]) if mask is None else mask))
         return F.mix(weights if self.dropout is None else self.dropout(weights), v)
 
 
 class _Attention(nnx.Module):
-    """What a head does after its projections: positions, then `attention`, then each head's output.
+    """A head's three steps: `project` the stream to q, k, v; `_attend` (positions, then `attention`);
+    `output` each head's result back to the stream.
 
     Hook points, each [B, H, T, ·]: q, k, v (after RoPE), z (each head's output); `attention`'s
-    own are the scores and weights. While decoding (`cache`, set by `LanguageModel.init_cache`)
-    the new positions' keys and values join the cache and their queries read every position
-    written so far; scores and weights are then [B, H, T, max_len].
+    own are the scores and weights.
     """
 
     def __init__(self, config: ModelConfig, *, rngs: nnx.Rngs):
         self.config = config
         self.attention = DotProductAttention(config, rngs=rngs)
-        self.cache = nnx.data(None)
         self.hook_q, self.hook_k, self.hook_v, self.hook_z = Hook(), Hook(), Hook(), Hook()
 
-    def _attend(self, q, k, v):                              # q, k, v: [B, H, T, D]
-        cfg, T = self.config, q.shape[-2]
-        cache = self.cache
-        pos = None if cache is None else cache.positions(T)[:, None, :]   # [B, 1, T]; None: 0 .. T-1
+    def __call__(self, x):
+        return self.output(self._attend(*self.project(x)))
+
+    def value_bias(self):
+        """What every position's value holds whatever its input: [H, D_head] (`head_biases`' v)."""
+        return self.head_biases()["v"]
+
+    def _attend(self, q, k, v):                              # q, k, v: [B, H, T, D], positions 0 .. T-1
+        cfg = self.config
         if cfg.positions == "rope":
-            q, k = F.apply_rope(q, pos, base=cfg.rope_base), F.apply_rope(k, pos, base=cfg.rope_base)
+            q, k = F.apply_rope(q, base=cfg.rope_base), F.apply_rope(k, base=cfg.rope_base)
         q, k, v = self.hook_q(q), self.hook_k(k), self.hook_v(v)
-        mask = None
-        if cache is not None:
-            mask = cache.visible(T)[:, None]                                # [B, 1, T, max_len]: what is written
-            v, k = cache.append(v, k)
-        # ALiBi's bias is a distance, the same in slots as in positions.
-        slots = None if cache is None else cache.slots(T)
-        bias = F.alibi_bias(q.shape[-3], k.shape[-2], slots) if cfg.positions == "alibi" else None
-        return self.hook_z(self.attention(q, k, v, bias=bias, mask=mask))
+        bias = F.alibi_bias(q.shape[-3], k.shape[-2]) if cfg.positions == "alibi" else None
+        return self.hook_z(self.attention(q, k, v, bias=bias))
 
 
 class Head(_Attention):
@@ -112,13 +99,20 @@ class Head(_Attention):
         self.k = projection(config, rngs, d, dh, bias=config.qkv_bias)
         self.v = projection(config, rngs, d, dh, bias=config.qkv_bias)
 
-    def __call__(self, x):                                   # [B, T, D] -> [B, T, D_head]
-        q, k, v = (p(x)[..., None, :, :] for p in (self.q, self.k, self.v))
-        return self._attend(q, k, v)[..., 0, :, :]
+    def project(self, x):                                    # [B, T, D] -> q, k, v [B, 1, T, D_head]
+        return tuple(p(x)[..., None, :, :] for p in (self.q, self.k, self.v))
+
+    def output(self, z):                                     # [B, 1, T, D_head] -> [B, T, D_head]
+        return z[..., 0, :, :]
 
     def head_weights(self) -> dict:
         """q, k, v [1, D, D_head] and o (None: one head has no output projection)."""
         return {"q": self.q.kernel[...][None], "k": self.k.kernel[...][None], "v": self.v.kernel[...][None], "o": None}
+
+    def head_biases(self) -> dict:
+        """q, k, v's biases [1, D_head] (zeros without them)."""
+        zero = jnp.zeros((1, self.config.d_head_used))
+        return {c: zero if p.bias is None else p.bias[...][None] for c, p in zip("qkv", (self.q, self.k, self.v))}
 
 
 class MultiHeadAttention(_Attention):
@@ -130,12 +124,11 @@ class MultiHeadAttention(_Attention):
         self.out = projection(config, rngs, h * dh, d, bias=config.bias)
         super().__init__(config, rngs=rngs)      # after the projections: the order parameters are drawn in
 
-    def __call__(self, x):                                   # [B, T, D] -> [B, T, D]
-        *lead, T, _ = x.shape
-        q, k, v = jnp.moveaxis(self.columns(self.qkv(x)), (-3, -2), (0, -3))   # each [B, H, T, D_head]
-        out = self._attend(q, k, v)
-        out = jnp.swapaxes(out, -3, -2).reshape(*lead, T, -1)
-        return self.out(out)
+    def project(self, x):                                    # [B, T, D] -> q, k, v [B, H, T, D_head]
+        return tuple(jnp.moveaxis(self.columns(self.qkv(x)), (-3, -2), (0, -3)))
+
+    def output(self, z):                                     # [B, H, T, D_head] -> [B, T, D]
+        return self.out(jnp.swapaxes(z, -3, -2).reshape(*z.shape[:-3], z.shape[-2], -1))
 
     def columns(self, a):
         """The last axis of the qkv product (or of its kernel) as [..., q|k|v, H, D_head]: its layout."""
@@ -146,6 +139,11 @@ class MultiHeadAttention(_Attention):
         q, k, v = (jnp.moveaxis(w, 1, 0) for w in jnp.moveaxis(self.columns(self.qkv.kernel[...]), 1, 0))
         cfg = self.config
         return {"q": q, "k": k, "v": v, "o": self.out.kernel[...].reshape(cfg.heads_used, cfg.d_head_used, cfg.d_model)}
+
+    def head_biases(self) -> dict:
+        """q, k, v's biases [H, D_head], read out of the shared bias (zeros without one)."""
+        b, cfg = self.qkv.bias, self.config
+        return dict(zip("qkv", jnp.zeros((3, cfg.heads_used, cfg.d_head_used)) if b is None else self.columns(b[...])))
 
 
 class FeedForward(nnx.Module):
@@ -215,8 +213,9 @@ class LanguageModel(nnx.Module):
         d = config.d_model
         self.config = config
         self.token_embed = TokenEmbed(config.vocab_size, d, embedding_init=embedding_init(config.init), rngs=rngs)
-        self.position_embed = (nnx.Embed(config.max_positions_used, d, embedding_init=embedding_init(config.init), rngs=rngs)
-                               if config.positions == "learned" else None)
+        self.position_embed = (PositionTable(config.max_positions_used, d, embedding_init=embedding_init(config.init),
+                                             rngs=rngs) if config.positions == "learned" else
+                               SinusoidalPositions(d) if config.positions == "sinusoidal" else None)
         self.drop = dropout(config, rngs)
         self.blocks = nnx.List([Block(config, rngs=rngs) for _ in range(config.n_layers)])
         # Pre-norm leaves the residual stream unnormalised, so it gets one LayerNorm at the end.
@@ -226,8 +225,6 @@ class LanguageModel(nnx.Module):
             projection(config, rngs, d, config.vocab_size, bias=config.bias and config.output_bias)
         self.hook_embed, self.hook_positions, self.hook_final = Hook(), Hook(), Hook()
         self.hook_ln_final, self.hook_logits = Hook(), Hook()
-        self.cache_index, self.cache_len = nnx.data(None), 0     # while decoding: where the next position goes
-        self.cache_start = nnx.data(None)                        # and where each row's text begins
 
     def embed(self, tokens):
         """Token ids [B, T] -> the residual stream's start [B, T, D]: token vectors plus positions."""
@@ -236,22 +233,9 @@ class LanguageModel(nnx.Module):
         dtype = compute_dtype(cfg)
         x = self.token_embed(tokens)
         x = self.hook_embed(x.astype(dtype or jnp.float32))     # the stream's dtype, whatever the table is stored in
-        rows = T if self.cache_index is None else self.cache_len
-        if cfg.positions == "learned":
-            if rows > cfg.max_positions_used:
-                raise ConfigError(f"{rows} positions exceed the learned position table ({cfg.max_positions_used} rows); "
-                                  "raise max_positions")
-            x = x + self.hook_positions(self._at(self.position_embed.embedding[:rows], T).astype(x.dtype))
-        elif cfg.positions == "sinusoidal":
-            x = x + self.hook_positions(self._at(F.sinusoidal_positions(rows, cfg.d_model), T).astype(x.dtype))
+        if self.position_embed is not None:                     # learned or sinusoidal: a vector added a position
+            x = x + self.hook_positions(self.position_embed.rows(T).astype(x.dtype))
         return x if self.drop is None else self.drop(x)
-
-    def _at(self, table, T: int):
-        """The T rows of a position table where the text is: from 0, or, while decoding, each row's next
-        positions ([B, T, D]; a left-padding slot reads row 0, and no query reads it)."""
-        if self.cache_index is None:
-            return table
-        return table[jnp.maximum(decoding_positions(self.cache_index[...], self.cache_start[...], T), 0)]
 
     def unembed(self, x):
         """The residual stream [B, T, D] -> logits [B, T, V]: final norm (pre-norm models), output layer."""
@@ -263,48 +247,7 @@ class LanguageModel(nnx.Module):
         return self.hook_logits(self.lm_head(x))
 
     def __call__(self, tokens):
-        if self.cache_index is not None and not isinstance(self.cache_index[...], jax.core.Tracer):
-            written, new = int(self.cache_index[...]), tokens.shape[-1]    # past the end, writes would be clamped
-            if written + new > self.cache_len:
-                raise ConfigError(f"the cache holds {self.cache_len} positions and {written} are written: {new} more do "
-                                  "not fit; make it larger (init_cache(batch, max_len)) or drop_cache()")
         x = self.embed(tokens)
         for block in self.blocks:
             x = block(x)
-        if self.cache_index is not None:
-            self.cache_index[...] += tokens.shape[-1]
         return self.unembed(x)
-
-    # --- decoding: positions seen once, kept in a cache ---------------------------------------
-    def init_cache(self, batch: int, max_len: int | None = None, *, padding=None) -> None:
-        """Preallocate every mixer's cache for `batch` texts of up to `max_len` slots (default the
-        context): each call then reads the next slots, from where the last one stopped.
-
-        `padding` ([B] ints, default 0): texts of unequal length, left-padded to one; row b's first
-        `padding[b]` slots are read by no query, and its text takes positions 0, 1, ... after them."""
-        cfg, max_len = self.config, max_len or self.config.context
-        if cfg.positions == "learned" and max_len > cfg.max_positions_used:
-            raise ConfigError(f"a cache of {max_len} positions passes the learned position table "
-                              f"({cfg.max_positions_used} rows); decode at most {cfg.max_positions_used}")
-        start = jnp.zeros((batch,), jnp.int32) if padding is None else jnp.asarray(padding)
-        concrete = not isinstance(start, jax.core.Tracer)     # traced: inside a compiled decode, its caller checked it
-        if start.shape != (batch,) or not jnp.issubdtype(start.dtype, jnp.integer) or concrete and batch and (
-                start.min() < 0 or start.max() >= max_len):
-            raise ConfigError(f"padding={np.asarray(start).tolist() if concrete else start.shape!r}: give one whole "
-                              f"number per row, [{batch}], each from 0 to {max_len - 1} (slots before the row's text)")
-        start = start.astype(jnp.int32)
-        dtype = compute_dtype(cfg) or jnp.float32
-        for block in self.blocks:
-            if isinstance(block.mixer, _Attention):
-                block.mixer.cache = KVCache((batch, cfg.heads_used, max_len, cfg.d_head_used), dtype, start=start)
-            elif isinstance(block.mixer, UniformAverage):
-                block.mixer.cache = KVCache((batch, max_len, cfg.d_model), dtype, keys=False, start=start)
-        self.cache_index, self.cache_len = nnx.Cache(jnp.zeros((), jnp.int32)), max_len
-        self.cache_start = nnx.Cache(start)
-
-    def drop_cache(self) -> None:
-        """Back to whole windows: every position from 0 again."""
-        for block in self.blocks:
-            if block.mixer is not None:
-                block.mixer.cache = None
-        self.cache_index, self.cache_len, self.cache_start = None, 0, None

@@ -50,6 +50,7 @@ def time_model(name: str, new: int, uncached_positions: int) -> dict:
     import jax
     import jax.numpy as jnp
     from flax import nnx
+    from attention_jax.kv_cache import Cached, cached
     from attention_jax.model import LanguageModel
     cfg = model_config(name)
     new = min(new, cfg.context - PROMPT + 1)        # the cache holds the context, no more
@@ -69,29 +70,29 @@ def time_model(name: str, new: int, uncached_positions: int) -> dict:
     at = np.linspace(PROMPT, PROMPT + new - 1, uncached_positions).astype(int)
     uncached = [timed(window, params, text, jnp.int32(p - 1))[1] for p in at]
 
-    model.init_cache(1, PROMPT + new - 1)           # cached: the prompt once, then one position a step
+    decoding = cached(model, 1, PROMPT + new - 1)     # cached: the prompt once, then one position a step
     cache_bytes = sum(x.nbytes for x in jax.tree.leaves(nnx.state(model, nnx.Cache)))
     graph, state = nnx.split(model)
 
     def step(state, tokens):
         m = nnx.merge(graph, state)
-        token = m(tokens)[:, -1].argmax(-1).astype(jnp.int32)
+        token = Cached.resume(m)(tokens)[:, -1].argmax(-1).astype(jnp.int32)
         return nnx.state(m), token
 
     prefill = jax.jit(step, donate_argnums=0).lower(state, prompt).compile()
     one = jax.jit(step, donate_argnums=0).lower(state, prompt[:, :1]).compile()
     (state, token), prefill_ms = timed(prefill, state, prompt)
-    cached = []
+    steps = []
     for _ in range(new - 1):
         (state, token), ms = timed(one, state, token[:, None])
-        cached.append(ms)
-    model.drop_cache()
-    steady = cached[3:] if len(cached) > 13 else cached      # the first steps also warm caches and threads
+        steps.append(ms)
+    decoding.undo()
+    steady = steps[3:] if len(steps) > 13 else steps         # the first steps also warm caches and threads
     tenth = max(1, len(steady) // 10)
     return {"name": name, "params": sum(x.size for x in jax.tree.leaves(nnx.state(model, nnx.Param))),
             "context": cfg.context, "new": new, "cache_mb": cache_bytes / 2**20, "prefill_ms": prefill_ms,
-            "cached_ms": float(np.median(cached)), "uncached_ms": float(np.median(uncached)),
-            "cached_positions": list(range(PROMPT + 1, PROMPT + new)), "cached_curve": cached,
+            "cached_ms": float(np.median(steps)), "uncached_ms": float(np.median(uncached)),
+            "cached_positions": list(range(PROMPT + 1, PROMPT + new)), "cached_curve": steps,
             "uncached_positions": [int(p) for p in at], "uncached_curve": uncached,
             "flatness": float(np.median(steady[-tenth:]) / np.median(steady[:tenth]))}
 

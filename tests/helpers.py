@@ -62,6 +62,13 @@ def batch(eng, seeds=(0,), step=0):
 
 
 @nnx.jit
+def decode_step(model, x):
+    """A model decoding (`kv_cache.cached` swapped in): the next tokens' logits, its clock moved on, compiled."""
+    from attention_jax.kv_cache import Cached
+    return Cached.resume(model)(x)
+
+
+@nnx.jit
 def forward(model, x):
     """The model's logits, compiled: one program per model structure and shape, where an eager call
     compiles each of its operations. One function for the suite, so tests share its programs."""
@@ -188,6 +195,18 @@ def oracle(name: str):
 
 
 from experiments.transformer_lens_ref import random_gpt2 as tiny_gpt2, bridge as tl_bridge  # noqa: E402,F401
+
+
+def gpt2_texts(folder):
+    """The oracles' case: a tiny random GPT-2 (ours, and the transformers model), a clean batch [2, 10] and
+    a corrupted one with one token changed; skips, naming it, where an oracle is not installed."""
+    import numpy as np
+    oracle("torch"), oracle("transformers"), oracle("transformer_lens")
+    ours, hf = tiny_gpt2(folder)
+    clean = np.random.default_rng(2).integers(0, 101, (2, 10))
+    corrupted = clean.copy()
+    corrupted[:, 4] = (corrupted[:, 4] + 31) % 101
+    return ours, hf, clean, corrupted
 
 
 def hlo_computations(hlo: str) -> tuple[dict[str, str], set[str]]:

@@ -130,11 +130,10 @@ def decoding(decoder, platform: str, lengths: list[int]) -> tuple[str, str]:
     """The prefill and the chunk of new tokens of cached decoding, exported for `platform`."""
     B, P = len(lengths), max(lengths)
     prompt, padding = jnp.zeros((B, P), jnp.int32), jnp.asarray(P - np.array(lengths), jnp.int32)
-    prefill = lowered(decode.prefill, platform, decoder.graphdef, decoder.state, prompt, padding, length=P + 3)
-    cache, logits = jax.eval_shape(lambda s: decode.prefill(decoder.graphdef, s, prompt, padding, length=P + 3),
-                                   decoder.state)
-    graph = decode.cached_graphdef(decoder.graphdef, decoder.state, B, P + 3)
-    extend = lowered(decode.extend, platform, graph, decoder.state, cache, logits, jax.random.key(0), jnp.float32(1.0),
+    graph, empty, rest = decode.twins(decoder.graphdef, decoder.state, B, P + 3)
+    prefill = lowered(decode.prefill, platform, graph, rest, empty, prompt, padding)
+    cache, logits = jax.eval_shape(lambda: decode.prefill(graph, rest, empty, prompt, padding))
+    extend = lowered(decode.extend, platform, graph, rest, cache, logits, jax.random.key(0), jnp.float32(1.0),
                      jnp.zeros((B, 4), jnp.int32), 0, 3, greedy=True, top_k=None)
     return prefill, extend
 

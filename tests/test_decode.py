@@ -53,9 +53,9 @@ def test_the_weights_stay_as_stored_inside_the_compiled_decode(weights):
     (a float32 token table, the layers copied back to [in, out]), and every token reads them."""
     decoder = Decoder(model(), weights=weights)
     prompt = jnp.zeros((1, 5), jnp.int32)
-    cache, logits = decode.prefill(decoder.graphdef, decoder.state, prompt, jnp.zeros((1,), jnp.int32), length=8)
-    graph = decode.cached_graphdef(decoder.graphdef, decoder.state, 1, 8)
-    hlo = decode.extend.lower(graph, decoder.state, cache, logits, jax.random.key(0), jnp.float32(1),
+    graph, empty, rest = decode.twins(decoder.graphdef, decoder.state, 1, 8)
+    cache, logits = decode.prefill(graph, rest, empty, prompt, jnp.zeros((1,), jnp.int32))
+    hlo = decode.extend.lower(graph, rest, cache, logits, jax.random.key(0), jnp.float32(1),
                               jnp.zeros((1, 4), jnp.int32), 0, 3, greedy=True, top_k=None).compile().as_text()
     stored = {tuple(a.shape) for a in jax.tree.leaves(nnx.state(decoder.state, nnx.Param)) if a.ndim == 2}
     written = _written(hlo)

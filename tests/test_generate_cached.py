@@ -11,9 +11,10 @@ from flax import nnx
 from attention_jax.config import ModelConfig
 from attention_jax.errors import ConfigError
 from attention_jax.generate import generate
+from attention_jax.kv_cache import cached
 from attention_jax.model import LanguageModel
 
-from helpers import forward
+from helpers import decode_step, forward
 
 BASE = ModelConfig(vocab_size=50, context=24, d_model=32, n_layers=2, n_heads=4)
 KINDS = ("learned", "sinusoidal", "rope", "alibi", "none")
@@ -35,11 +36,11 @@ def test_each_steps_logits_are_the_full_forwards_of_the_text_so_far(positions, l
     m = model(positions=positions, n_layers=layers)
     text = prompts(batch, length=BASE.context)
     want = forward(m, jnp.asarray(text))                  # position t's logits see tokens 0 .. t
-    m.init_cache(batch)
-    got = [forward(m, jnp.asarray(text[:, :8]))]          # the prefill: the prompt's own logits
+    decoding = cached(m, batch)
+    got = [decode_step(m, jnp.asarray(text[:, :8]))]      # the prefill: the prompt's own logits
     for t in range(8, BASE.context):
-        got.append(forward(m, jnp.asarray(text[:, t:t + 1])))
-    m.drop_cache()
+        got.append(decode_step(m, jnp.asarray(text[:, t:t + 1])))
+    decoding.undo()
     np.testing.assert_allclose(np.concatenate(got, axis=1), want, atol=1e-5, rtol=0)
 
 
@@ -52,9 +53,10 @@ def test_decoding_every_kind_of_block_matches_the_whole_window(change):
     m = model(**change)
     text = jnp.asarray(prompts(2, length=12))
     want = forward(m, text)
-    m.init_cache(2)
-    got = jnp.concatenate([forward(m, text[:, :7]), forward(m, text[:, 7:8]), forward(m, text[:, 8:])], axis=1)
-    m.drop_cache()
+    decoding = cached(m, 2)
+    got = jnp.concatenate([decode_step(m, text[:, :7]), decode_step(m, text[:, 7:8]), decode_step(m, text[:, 8:])],
+                          axis=1)
+    decoding.undo()
     tol = 5e-2 if change.get("dtype") == "bfloat16" else 1e-5
     np.testing.assert_allclose(np.asarray(got, np.float32), np.asarray(want, np.float32), atol=tol, rtol=0)
 
@@ -90,20 +92,16 @@ def test_what_the_cache_cannot_hold_is_refused_in_one_line():
     assert "\n" not in str(err.value)
     assert generate(m, prompts(1, length=20), 5, temperature=0).shape == (1, 25)   # 24 fit exactly
     assert generate(m, prompts(1, length=30), 4, temperature=0, cache=False).shape == (1, 34)
-    m.init_cache(1)
-    with pytest.raises(ConfigError, match="decoding already"):
-        generate(m, prompts(1), 3, temperature=0)
-    m.drop_cache()
     with pytest.raises(ConfigError, match="passes the learned position table"):
-        m.init_cache(1, BASE.context + 1)
+        cached(m, 1, BASE.context + 1)
     assert generate(m, prompts(2), 0, temperature=0).shape == (2, 5)
 
 
 def test_decoding_leaves_the_callers_model_as_it_was():
     m = model()
-    before = forward(m, jnp.asarray(prompts(2, length=24)))
+    before, parts = forward(m, jnp.asarray(prompts(2, length=24))), [type(x) for _, x in nnx.iter_modules(m)]
     generate(m, prompts(2), 10, temperature=0)
-    assert m.cache_index is None and all(b.mixer.cache is None for b in m.blocks)
+    assert [type(x) for _, x in nnx.iter_modules(m)] == parts          # decoded on a copy: no twin left in
     np.testing.assert_array_equal(forward(m, jnp.asarray(prompts(2, length=24))), before)
 
 
@@ -123,11 +121,11 @@ def test_a_left_padded_row_gets_the_logits_it_gets_alone(change):
     left = np.zeros((3, 9), np.int32)
     for r, (t, length) in enumerate(zip(texts, lengths)):
         left[r, 9 - length:] = t[:length]
-    m.init_cache(3, 14, padding=9 - lengths)
-    got = [forward(m, jnp.asarray(left))]
+    decoding = cached(m, 3, 14, padding=9 - lengths)
+    got = [decode_step(m, jnp.asarray(left))]
     for i in range(5):
-        got.append(forward(m, jnp.asarray([[t[length + i]] for t, length in zip(texts, lengths)])))
-    m.drop_cache()
+        got.append(decode_step(m, jnp.asarray([[t[length + i]] for t, length in zip(texts, lengths)])))
+    decoding.undo()
     got = np.concatenate(got, axis=1)
     for r, (t, length) in enumerate(zip(texts, lengths)):
         np.testing.assert_allclose(got[r, 9 - length:], forward(m, jnp.asarray(t[None]))[0], atol=1e-5, rtol=0)
@@ -160,7 +158,7 @@ def test_rows_that_are_no_prompts_are_refused_in_one_line():
         generate(m, [[1, 2], [50]], 3, temperature=0)
     for bad in ([1, 2, 3], [0, -1], [0, BASE.context], [0.5, 1.0]):
         with pytest.raises(ConfigError, match=r"padding=.*one whole number per row, \[2\], each from 0 to 23"):
-            m.init_cache(2, padding=bad)
+            cached(m, 2, padding=bad)
 
 
 @pytest.mark.parametrize("positions", [pytest.param(k, marks=pytest.mark.slow) if k != "learned" else k for k in KINDS])
@@ -180,13 +178,3 @@ def test_bfloat16_weights_give_logits_within_five_hundredths_of_a_standard_devia
     assert text.shape == (2, 13)
     with pytest.raises(ConfigError, match="weights='int4'; choose one of"):
         generate(m, prompts(2), 8, temperature=0, weights="int4")
-
-
-def test_positions_past_the_cache_are_refused_not_written_over_its_last_slot():
-    """A cache of 8 fed 6 then 6 more: the writes past slot 8 were clamped and the logits off by 1.55."""
-    m = model()
-    m.init_cache(1, 8)
-    m(jnp.zeros((1, 6), jnp.int32))
-    with pytest.raises(ConfigError, match="the cache holds 8 positions and 6 are written: 6 more do not fit"):
-        m(jnp.zeros((1, 6), jnp.int32))
-    m.drop_cache()

@@ -295,3 +295,19 @@ def test_bfloat16_computes_in_half_precision_and_keeps_float32_parameters():
     np.testing.assert_allclose(np.asarray(logits, np.float32), np.asarray(forward(f32, tokens())), atol=0.15, rtol=0.05)
     grads = nnx.jit(nnx.grad(lambda m: jnp.mean(m(tokens()).astype(jnp.float32))))(model)
     assert all(g.dtype == jnp.float32 for g in jax.tree.leaves(nnx.state(grads, nnx.Param)))
+
+
+@pytest.mark.parametrize("mixer", ["head", "heads"])
+@pytest.mark.parametrize("qkv_bias", [True, False])
+def test_each_attention_says_its_biases_what_a_zero_stream_projects_to(mixer, qkv_bias):
+    cfg = ModelConfig(vocab_size=11, context=4, d_model=8, n_heads=2 if mixer == "heads" else 1, mixer=mixer,
+                      qkv_bias=qkv_bias)
+    attention = LanguageModel(cfg, rngs=nnx.Rngs(0)).blocks[0].mixer
+    for p, m in nnx.iter_modules(attention):
+        if getattr(m, "bias", None) is not None:
+            m.bias[...] = jax.random.normal(jax.random.key(len(p)), m.bias.shape)
+    projected = attention.project(jnp.zeros((1, 3, 8)))                 # q, k, v: [1, H, 3, D_head]
+    for c, p in zip("qkv", projected):
+        np.testing.assert_array_equal(np.asarray(attention.head_biases()[c]), np.asarray(p[0, :, 0]))
+    np.testing.assert_array_equal(attention.value_bias(), attention.head_biases()["v"])
+    assert bool(jnp.any(attention.value_bias() != 0)) == qkv_bias

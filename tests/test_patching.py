@@ -18,7 +18,7 @@ from attention_jax.model import LanguageModel
 from attention_jax.patching import (HOOKS, activation_patch, attribution_patch, logit_diff,
                                     normalized_logit_diff)
 
-from helpers import oracle, tiny_gpt2, tl_bridge
+from helpers import gpt2_texts, tl_bridge
 
 TINY = ModelConfig(vocab_size=50, context=8, d_model=32, n_layers=2, n_heads=4)
 
@@ -242,11 +242,7 @@ TL = {("resid_pre", "position"): ("get_act_patch_resid_pre", None),
 
 @pytest.fixture(scope="module")
 def gpt2(tmp_path_factory, torch):
-    oracle("transformers"), oracle("transformer_lens")
-    ours, hf = tiny_gpt2(tmp_path_factory.mktemp("gpt2"))
-    clean = np.random.default_rng(2).integers(0, 101, (2, 10))
-    corrupted = clean.copy()
-    corrupted[:, 4] = (corrupted[:, 4] + 31) % 101
+    ours, hf, clean, corrupted = gpt2_texts(tmp_path_factory.mktemp("gpt2"))
     return ours, tl_bridge(hf), clean, corrupted
 
 

@@ -75,9 +75,9 @@ def test_programs_built_for_a_backend_read_no_device_while_traced(monkeypatch):
     engine._step.trace(state, {"x": x, "y": x})
     engine._nll.trace(state, x, x, None)
     from attention_jax import decode
-    decode.prefill.trace(decoder.graphdef, decoder.state, np.zeros((1, 3), np.int32), np.zeros(1, np.int32), length=4)
-    cache, logits = jax.eval_shape(lambda s: decode.prefill(decoder.graphdef, s, np.zeros((1, 3), np.int32),
-                                                            np.zeros(1, np.int32), length=4), decoder.state)
-    graph = decode.cached_graphdef(decoder.graphdef, decoder.state, 1, 4)
-    decode.extend.trace(graph, decoder.state, cache, logits, jax.random.key(0), jnp.float32(1),
+    graph, empty, rest = decode.twins(decoder.graphdef, decoder.state, 1, 4)
+    decode.prefill.trace(graph, rest, empty, np.zeros((1, 3), np.int32), np.zeros(1, np.int32))
+    cache, logits = jax.eval_shape(lambda: decode.prefill(graph, rest, empty, np.zeros((1, 3), np.int32),
+                                                          np.zeros(1, np.int32)))
+    decode.extend.trace(graph, rest, cache, logits, jax.random.key(0), jnp.float32(1),
                         jnp.zeros((1, 2), jnp.int32), 0, 1, greedy=True, top_k=None)

@@ -31,6 +31,7 @@ from flax import nnx
 from attention_jax import functional as F
 from attention_jax.layers import Dense, TokenEmbed
 from attention_jax.speed.backend import backend_of
+from attention_jax.swap import twins
 
 
 @jax.jit
@@ -135,15 +136,21 @@ class DecodingEmbed(TokenEmbed):
         return product(x, self.embedding[...], None if self.scale is None else self.scale[...], backend=self.backend)
 
 
+def _dense(layer: Dense, path: str, *, int8: bool, backend, **_):
+    # A dense layer that rounds its own operands (`Speed(matmul_dtype=...)`) keeps its product.
+    return DecodingDense(layer, int8=int8, backend=backend) if getattr(layer, "matmul_dtype", None) is None else None
+
+
+def _embed(table: TokenEmbed, path: str, *, tied: bool, int8: bool, backend):
+    return DecodingEmbed(table, int8=int8, backend=backend) if tied and path == "token_embed" else None
+
+
+# Which twin replaces which part (`attention_jax.swap.twins`): every dense layer, as built or swapped,
+# and the token table when the output layer reads it.
+TWINS = {Dense: _dense, TokenEmbed: _embed, DecodingEmbed: None}
+
+
 def parts(model, *, int8: bool = False, backend=None) -> dict:
-    """path -> twin: every dense layer (as built or swapped, unless it rounds its own operands) and
-    the token table, when the output layer reads it; `int8`: their matrices as int8 levels; `backend`:
-    the devices the decoding program is built for (`speed.backend_of`)."""
-    backend, swaps = backend_of(backend), {}
-    for path, m in nnx.iter_modules(model):
-        name = ".".join(map(str, path))
-        if isinstance(m, Dense) and getattr(m, "matmul_dtype", None) is None:
-            swaps[name] = DecodingDense(m, int8=int8, backend=backend)
-        elif type(m) is TokenEmbed and name == "token_embed" and getattr(model, "lm_head", 0) is None:
-            swaps[name] = DecodingEmbed(m, int8=int8, backend=backend)
-    return swaps
+    """path -> twin (`TWINS`) for decoding `model`; `int8`: its matrices as int8 levels; `backend`: the
+    devices the decoding program is built for (`speed.backend_of`)."""
+    return twins(model, TWINS, tied=getattr(model, "lm_head", 0) is None, int8=int8, backend=backend_of(backend))

@@ -4,7 +4,7 @@
         logits = model(tokens)              # layers with their hand-written backward
     handle = fast(model, form="chunked")    # or in place, until handle.undo()
 
-Two parts are swapped, by the project's own select/replace (`attention_jax.inspect`), each
+Two parts are swapped, by the project's own select/replace (`attention_jax.swap`), each
 for a twin holding the very same parameters and sub-modules, so the model's state, its
 paths and its optimizer are untouched: every `DotProductAttention` for a `FastAttention`
 computing one of `speed.forms`, and every `Dense` for a `FastDense` whose product has a
@@ -27,27 +27,32 @@ from attention_jax.speed import dense as dense_kernel
 from attention_jax.speed import forms
 from attention_jax.speed.backend import backend_of
 from attention_jax.speed.options import FORMS, Speed  # noqa: F401  (FORMS: the names `Speed` takes)
+from attention_jax.swap import Swapped, twins
 
 
-class FastAttention(DotProductAttention):
-    """A `DotProductAttention` computed by one of `speed.forms`: the same mask and dropout modules,
-    no hook points (the scores and weights are never held). A mask passed in (decoding) or a mask
-    module of one's own is applied by the equation itself."""
+class FastAttention(nnx.Module):
+    """A `DotProductAttention` computed by one of `speed.forms`, with the attention as built held as its
+    `reference`: its scale, mask and dropout are the twin's, and it computes what no form takes (a
+    mask passed in, as decoding passes one, or a mask module of one's own). The scores and weights
+    are never held, so the reference's hook points on them are not the model's while the twin is in."""
 
     def __init__(self, attention: DotProductAttention, form: str, chunk: int, backend=None):
-        self.scale, self.dropout, self.mask = attention.scale, attention.dropout, attention.mask
+        self.reference = attention
         self.form, self.chunk, self.backend = form, chunk, backend_of(backend)
 
+    @property
+    def mask(self):
+        return self.reference.mask
+
     def __call__(self, q, k, v, *, bias=None, mask=None):
-        if mask is not None or type(self.mask) not in (CausalMask, Bidirectional):
-            mask = self.mask(q.shape[-2]) if mask is None else mask
-            w = F.attention_weights(q, k, mask=mask, bias=bias, scale=self.scale)
-            return F.mix(w if self.dropout is None else self.dropout(w), v)
+        ref = self.reference
+        if mask is not None or type(ref.mask) not in (CausalMask, Bidirectional):
+            return ref(q, k, v, bias=bias, mask=mask)
         attend = forms.FORMS[self.form]
         options = {"chunk": self.chunk} if self.form == "chunked" else {"backend": self.backend} \
             if self.form == "fused" else {}
         with jax.named_scope(f"attention_{self.form}"):    # the cross-lowering tests read which form ran
-            return attend(q, k, v, bias=bias, causal=self.mask.causal, scale=self.scale, dropout=self.dropout,
+            return attend(q, k, v, bias=bias, causal=ref.mask.causal, scale=ref.scale, dropout=ref.dropout,
                           **options)
 
 
@@ -65,23 +70,6 @@ class FastDense(Dense):
                                   operands=self.matmul_dtype, backend=self.backend)
 
 
-class Swapped:
-    """What `fast` did to a model: undone by `undo()`, or on leaving a `with` block."""
-
-    def __init__(self, model, parts: dict):
-        from attention_jax.inspect import swap
-        self.model, self.parts, self._undo = model, parts, swap(model, parts)
-
-    def undo(self) -> None:
-        self._undo()
-
-    def __enter__(self):
-        return self.model
-
-    def __exit__(self, *exc):
-        self.undo()
-
-
 def fast(model, speed: Speed | None = None, *, backend=None, **options) -> Swapped:
     """Swap faster forms into `model`, in place (a `with` block, or `.undo()`, puts the model as built
     back). `speed` (default `Speed()`) or its fields as keywords say which: `fast(model, form="chunked")`.
@@ -91,24 +79,30 @@ def fast(model, speed: Speed | None = None, *, backend=None, **options) -> Swapp
     return Swapped(model, parts(model, speed, backend))
 
 
+def _attention(attention: DotProductAttention, path: str, *, form: str, speed: Speed, backend):
+    if form == "reference" or type(attention.hook_scores) is not Hook or type(attention.hook_weights) is not Hook:
+        return None           # scores or weights patched or recorded: the equation computes them
+    return FastAttention(attention, form, speed.chunk, backend)
+
+
+def _dense(layer: Dense, path: str, *, speed: Speed, backend, **_):
+    return FastDense(layer, speed.matmul_dtype, backend) if speed.dense else None
+
+
+# Which twin replaces which part (`attention_jax.swap.twins`); a part swapped already is kept.
+TWINS = {DotProductAttention: _attention, Dense: _dense, FastDense: None}
+
+
 def parts(model, speed: Speed, backend=None) -> dict:
     """path -> twin for every part `speed` swaps in `model` on `backend` (parts already swapped stay as
     they are)."""
     backend = backend_of(backend)
     config = getattr(model, "config", None)
     form = speed.form_for(config, backend) if config is not None else forms.choose(speed.form, backend=backend)
-    swaps = {}
-    for path, m in nnx.iter_modules(model):
-        name = ".".join(map(str, path))
-        if type(m) is DotProductAttention and form != "reference" and type(m.hook_scores) is Hook and \
-                type(m.hook_weights) is Hook:    # scores or weights patched or recorded: the equation computes them
-            swaps[name] = FastAttention(m, form, speed.chunk, backend)
-        elif type(m) is Dense and speed.dense:
-            swaps[name] = FastDense(m, speed.matmul_dtype, backend)
-    return swaps
+    return twins(model, TWINS, form=form, speed=speed, backend=backend)
 
 
 def forms_of(model) -> dict[str, str]:
     """How each attention of `model` computes now, by path: {"blocks.0.mixer.attention": "reference"}."""
     return {".".join(map(str, p)): getattr(m, "form", "reference") for p, m in nnx.iter_modules(model)
-            if isinstance(m, DotProductAttention)}
+            if isinstance(m, (DotProductAttention, FastAttention)) and "reference" not in p}

@@ -1,0 +1,184 @@
+"""Decoding with a key/value cache, as a twin of the model: the model as built never knows of it.
+
+    decoding = cached(model, batch=2, max_len=24, padding=[0, 3])   # swapped in, in place
+    logits = decoding(prompt)            # the prompt once (rows left-padded by `padding` slots)
+    logits = decoding(next_tokens)       # then a position a call: each reads every slot written so far
+    decoding.undo()                      # the model as built again
+
+`cached` swaps, by `attention_jax.swap`, each mixer for a twin that holds it and its cache:
+`CachedAttention` projects and outputs through the mixer's own `project` and `output`, and runs
+its hooks and its attention, but puts positions where the text is (RoPE rotated by them, ALiBi
+biased by them) and has each query read the slots written so far, keys and values kept;
+`CachedAverage` keeps the values the average reads. The learned or sinusoidal positions added
+to the tokens are read at the same places (`CachedPositions`). A `Clock` shared by all says which
+slot the next position goes to and where each row's text begins: rows of unequal length are
+left-padded, row b's text at slot `padding[b]` onward, and no query reads a padding slot.
+`generate` and `Decoder` use it; `speed.fast` swapped in first stays in.
+"""
+from __future__ import annotations
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+from flax import nnx
+
+from attention_jax import functional as F
+from attention_jax.errors import ConfigError
+from attention_jax.layers import CausalMask, PositionTable, SinusoidalPositions
+from attention_jax.model import Head, MultiHeadAttention, UniformAverage
+from attention_jax.swap import Swapped, twins
+
+
+class Clock(nnx.Module):
+    """Where decoding stands: the slot the next position goes to, and each row's first slot (`start`)."""
+
+    def __init__(self, batch: int, length: int, start):
+        self.length = length
+        self.index = nnx.Cache(jnp.zeros((), jnp.int32))
+        self.start = nnx.Cache(jnp.asarray(start, jnp.int32))
+
+    def slots(self, t: int) -> jax.Array:
+        """Where the next t positions go: [t], the same for every row."""
+        return self.index[...] + jnp.arange(t)
+
+    def positions(self, t: int) -> jax.Array:
+        """The next t positions of each row, [B, t] (negative in its padding)."""
+        return self.slots(t)[None, :] - self.start[...][:, None]
+
+    def visible(self, t: int) -> jax.Array:
+        """bool [B, t, length]: the next t queries see the slots at or before their own, from their row's start."""
+        at, slot = self.slots(t), jnp.arange(self.length)
+        return (slot[None, None, :] <= at[None, :, None]) & (slot[None, None, :] >= self.start[...][:, None, None])
+
+
+class KVCache(nnx.Module):
+    """Values (and keys) at every slot up to the clock's length, preallocated so shapes stay fixed under
+    jit: [B, H, length, D] for attention, [B, length, D] for the average."""
+
+    def __init__(self, shape: tuple[int, ...], dtype, *, keys: bool = True):
+        # One row of attention is kept as [H, length, D]: held as [1, H, length, D], XLA's CPU backend copies
+        # the whole cache several times a token, where it writes one slot in place otherwise.
+        self.shape = tuple(shape)
+        stored = self.shape[1:] if len(shape) == 4 and shape[0] == 1 else self.shape
+        self.k = nnx.Cache(jnp.zeros(stored, dtype)) if keys else None
+        self.v = nnx.Cache(jnp.zeros(stored, dtype))
+
+    def write(self, at, v, k=None):
+        """t new slots from slot `at`; every value (and key) written so far, zeros past them: [..., length, D]."""
+        put = lambda cache, new: jax.lax.dynamic_update_slice_in_dim(
+            cache, new.astype(cache.dtype).reshape(*cache.shape[:-2], *new.shape[-2:]), at, axis=-2)
+        self.v[...] = put(self.v[...], v)
+        if k is not None:
+            self.k[...] = put(self.k[...], k)
+        return self.v[...].reshape(self.shape), None if k is None else self.k[...].reshape(self.shape)
+
+
+class CachedAttention(nnx.Module):
+    """An attention mixer (`Head`, `MultiHeadAttention`) decoding: its own projections, hooks, attention
+    and output, at the clock's positions, over the keys and values of every slot written."""
+
+    def __init__(self, mixer, clock: Clock, dtype):
+        cfg = mixer.config
+        if type(mixer.attention.mask) is not CausalMask:
+            raise ConfigError(f"decoding reads the past only; a {type(mixer.attention.mask).__name__} mask "
+                              "cannot decode: decode outside the ablation")
+        self.reference, self.clock = mixer, clock
+        self.cache = KVCache((clock.start.shape[0], cfg.heads_used, clock.length, cfg.d_head_used), dtype)
+
+    def __call__(self, x):
+        ref, clock, cfg = self.reference, self.clock, self.reference.config
+        q, k, v = ref.project(x)                                     # [B, H, T, D]
+        T = q.shape[-2]
+        if cfg.positions == "rope":
+            at = clock.positions(T)[:, None, :]                      # [B, 1, T]
+            q, k = F.apply_rope(q, at, base=cfg.rope_base), F.apply_rope(k, at, base=cfg.rope_base)
+        q, k, v = ref.hook_q(q), ref.hook_k(k), ref.hook_v(v)
+        seen = clock.visible(T)[:, None]                             # [B, 1, T, length]: what is written
+        v, k = self.cache.write(clock.index[...], v, k)
+        # ALiBi's bias is a distance, the same in slots as in positions.
+        bias = F.alibi_bias(q.shape[-3], clock.length, clock.slots(T)) if cfg.positions == "alibi" else None
+        return ref.output(ref.hook_z(ref.attention(q, k, v, bias=bias, mask=seen)))
+
+
+class CachedAverage(nnx.Module):
+    """The uniform average decoding: each new position the mean of its row's values written so far."""
+
+    def __init__(self, mixer: UniformAverage, clock: Clock, d_model: int, dtype):
+        self.reference, self.clock = mixer, clock
+        self.cache = KVCache((clock.start.shape[0], clock.length, d_model), dtype, keys=False)
+
+    def __call__(self, x):
+        clock, T = self.clock, x.shape[-2]
+        at, seen = clock.positions(T), clock.visible(T)             # [B, T], [B, T, length]
+        values, _ = self.cache.write(clock.index[...], x)
+        w = seen / jnp.maximum(at[..., None] + 1.0, 1.0)            # a padding slot's query sees nothing: 0, not 0/0
+        return jnp.einsum("BTS,BSD->BTD", w.astype(x.dtype), values)
+
+
+class CachedPositions(nnx.Module):
+    """The positions added to the tokens, read at the clock's positions: [B, T, D] (a padding slot reads
+    row 0, which no query reads)."""
+
+    def __init__(self, positions, clock: Clock):
+        self.reference, self.clock = positions, clock
+
+    def rows(self, T: int):
+        return self.reference.rows(self.clock.length)[jnp.maximum(self.clock.positions(T), 0)]
+
+
+class Cached(Swapped):
+    """A model decoding (`cached`): call it with the next tokens [B, t] for their logits; the clock moves
+    on by t. `undo()` (or leaving a `with` block) puts the model as built back."""
+
+    def __init__(self, model, clock: Clock | None, parts: dict):
+        super().__init__(model, parts)
+        self.clock = clock
+
+    def __enter__(self):
+        return self
+
+    @classmethod
+    def resume(cls, model) -> "Cached":
+        """A model whose twins are in already (merged again from its state, inside a compiled loop)."""
+        return cls(model, next((m for _, m in nnx.iter_modules(model) if isinstance(m, Clock)), None), {})
+
+    def __call__(self, tokens):
+        clock, new = self.clock, tokens.shape[-1]
+        if clock is not None and not isinstance(clock.index[...], jax.core.Tracer) and \
+                int(clock.index[...]) + new > clock.length:
+            raise ConfigError(f"the cache holds {clock.length} positions and {int(clock.index[...])} are written: "
+                              f"{new} more do not fit; decode with a longer max_len")
+        logits = self.model(tokens)
+        if clock is not None:         # a model of no mixer and no positions keeps nothing, and needs no clock
+            clock.index[...] += new
+        return logits
+
+
+# Which twin replaces which part (`attention_jax.swap.twins`): each mixer, and the positions added to
+# the tokens (a model with neither keeps nothing while it decodes).
+TWINS = {
+    Head: lambda mixer, path, *, clock, config: CachedAttention(mixer, clock, jnp.dtype(config.dtype)),
+    MultiHeadAttention: lambda mixer, path, *, clock, config: CachedAttention(mixer, clock, jnp.dtype(config.dtype)),
+    UniformAverage: lambda mixer, path, *, clock, config: CachedAverage(mixer, clock, config.d_model,
+                                                                        jnp.dtype(config.dtype)),
+    PositionTable: lambda table, path, *, clock, config: CachedPositions(table, clock),
+    SinusoidalPositions: lambda table, path, *, clock, config: CachedPositions(table, clock),
+}
+
+
+def cached(model, batch: int, max_len: int | None = None, *, padding=None) -> Cached:
+    """`model` made to decode `batch` texts of up to `max_len` slots (default its context), in place:
+    see the module's docstring. `padding` ([batch] whole numbers, default 0): slots of left padding a row."""
+    cfg, max_len = model.config, max_len or model.config.context
+    if cfg.positions == "learned" and max_len > cfg.max_positions_used:
+        raise ConfigError(f"a cache of {max_len} positions passes the learned position table "
+                          f"({cfg.max_positions_used} rows); decode at most {cfg.max_positions_used}")
+    start = jnp.zeros((batch,), jnp.int32) if padding is None else jnp.asarray(padding)
+    concrete = not isinstance(start, jax.core.Tracer)     # traced: inside a compiled decode, its caller checked it
+    if start.shape != (batch,) or not jnp.issubdtype(start.dtype, jnp.integer) or concrete and batch and (
+            start.min() < 0 or start.max() >= max_len):
+        raise ConfigError(f"padding={np.asarray(start).tolist() if concrete else start.shape!r}: give one whole "
+                          f"number per row, [{batch}], each from 0 to {max_len - 1} (slots before the row's text)")
+    clock = Clock(batch, max_len, start)
+    parts = twins(model, TWINS, clock=clock, config=cfg)
+    return Cached(model, clock if parts else None, parts)
