@@ -1,0 +1,181 @@
+"""Which paths carry it: every edge patched, exactly or by gradients, and the circuit they name.
+
+    metric = patching.normalized_logit_diff(model, clean, corrupted, answer, wrong)   # clean 1, corrupted 0
+    exact = edge_patch(model, clean, corrupted, metric)       # the metric with each edge patched
+    eap = edge_attribution(model, clean, corrupted, metric)   # estimated: one forward, one backward
+    kept = circuit(exact, k=20)                               # the top 20 edges that reach the logits
+    faithfulness(model, clean, corrupted, metric, exact, ks=[5, 10, 20])   # the circuit alone
+
+The clean text runs, and a patched edge carries its sender's output from the corrupted run
+(ACDC's and edge attribution patching's direction: what breaks the behaviour). Every result is
+`effect`: the change of the metric that patching the edge makes (exact), or its estimate
+(`edge_attribution`: the metric's gradient with respect to the edge's share of the corrupted
+output, at none patched (EAP, Syed et al. 2023), or averaged along the straight line from none
+patched to every edge patched (`steps`: integrated gradients over the edges, whose effects then
+sum to the whole clean-corrupted change)). Each is one compiled program over the edge graph
+(`attention_jax.edges`), the edges vmapped side by side in memory-bounded batches.
+"""
+from __future__ import annotations
+
+import dataclasses
+import functools
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+from flax import nnx
+
+from attention_jax import edges as E
+from attention_jax.errors import ConfigError
+from attention_jax.inspect import deterministic
+from attention_jax.layers import check_ids
+from attention_jax.patching import _check_metric, side_by_side
+
+
+@dataclasses.dataclass(frozen=True)
+class EdgeScores:
+    """`effect` [edges]: the metric's change with each edge of `graph` patched; `clean`: the metric unpatched."""
+    graph: E.Graph
+    effect: np.ndarray
+    method: str
+    clean: float
+
+    def top(self, k: int) -> list[str]:
+        """The k edges of largest |effect|, by name, largest first."""
+        return [self.graph.names()[i] for i in np.argsort(-np.abs(self.effect), kind="stable")[:k]]
+
+
+def _setup(model, clean, corrupted, metric):
+    model = deterministic(model)
+    clean, corrupted = (np.asarray(t) for t in (clean, corrupted))
+    if clean.shape != corrupted.shape or clean.ndim != 2:
+        raise ConfigError(f"clean and corrupted tokens must be [B, T] of one shape, got {clean.shape} and "
+                          f"{corrupted.shape}")
+    for tokens in (clean, corrupted):
+        check_ids(tokens, model.config.vocab_size)
+    graph = E.graph_of(model)
+    keyed = _check_metric(metric, (*clean.shape, model.config.vocab_size))
+    graphdef, state = nnx.split(model)
+    others = _outputs(graphdef, state, jnp.asarray(corrupted), graph=graph)
+    return _Setup(graph, keyed, graphdef, state, jnp.asarray(clean), others)
+
+
+@dataclasses.dataclass(frozen=True)
+class _Setup:
+    graph: E.Graph
+    metric: object
+    graphdef: object
+    state: object
+    tokens: jax.Array
+    others: jax.Array          # every sender's output on the corrupted text
+
+    def under(self, masks) -> np.ndarray:
+        """The metric with each mask [N, senders, receivers] applied."""
+        return np.asarray(_patched(self.graphdef, self.state, self.tokens, self.others, jnp.asarray(masks),
+                                   graph=self.graph, metric=self.metric), np.float64)
+
+
+@functools.partial(jax.jit, static_argnames=("graphdef", "graph"))
+def _outputs(graphdef, state, tokens, *, graph):
+    return E.outputs(nnx.merge(graphdef, state), graph, tokens)
+
+
+@functools.partial(jax.jit, static_argnames=("graphdef", "graph", "metric"))
+def _patched(graphdef, state, tokens, others, masks, *, graph, metric):
+    """The metric with each mask [N, senders, receivers] applied, side by side."""
+    model = nnx.merge(graphdef, state)
+    return jax.vmap(lambda m: metric(E.run(model, graph, tokens, others, m)))(masks)
+
+
+@functools.partial(jax.jit, static_argnames=("graphdef", "graph", "metric"))
+def _one_edge(graphdef, state, tokens, others, pairs, *, graph, metric):
+    """The metric with each single edge of `pairs` [N, 2] patched, side by side."""
+    model, shape = nnx.merge(graphdef, state), (len(graph.senders), len(graph.receivers))
+    one = lambda p: metric(E.run(model, graph, tokens, others, jnp.zeros(shape).at[p[0], p[1]].set(1.0)))
+    return jax.vmap(one)(pairs)
+
+
+def _batches(run, items: np.ndarray, size: int) -> np.ndarray:
+    """`run` over `items` `size` at a time (the last filled up with copies): a Ctrl-C is answered between calls."""
+    padded = np.concatenate([items, np.repeat(items[-1:], -len(items) % size, axis=0)])
+    return np.concatenate([np.asarray(run(padded[i:i + size])) for i in range(0, len(padded), size)])[:len(items)]
+
+
+def _size(model, shape, batch_size) -> int:
+    if batch_size is not None and (isinstance(batch_size, bool) or not isinstance(batch_size, (int, np.integer))
+                                   or batch_size < 1):
+        raise ConfigError(f"batch_size={batch_size!r} must be a whole number >= 1 (None: as many as fit in memory)")
+    # Each patched forward holds every head's own q, k and v input: three streams a head beside the block's.
+    heads = max(1, model.config.heads_used)
+    return int(batch_size or max(1, side_by_side(model.config, shape) // (1 + heads)))
+
+
+def edge_patch(model, clean, corrupted, metric, *, batch_size: int | None = None) -> EdgeScores:
+    """The exact effect of patching each edge alone: the metric of the clean run with that edge's sender
+    output taken from the corrupted run, minus the clean metric. `batch_size`: patched forwards side by
+    side (default: as many as fit in `patching.MEMORY`)."""
+    at = _setup(model, clean, corrupted, metric)
+    size = _size(model, at.tokens.shape, batch_size)
+    run = lambda pairs: _one_edge(at.graphdef, at.state, at.tokens, at.others, jnp.asarray(pairs), graph=at.graph,
+                                  metric=at.metric)
+    values = _batches(run, np.asarray(at.graph.edges, np.int32), size)
+    base = float(at.under(at.graph.mask([])[None])[0])
+    return EdgeScores(at.graph, np.asarray(values, np.float64) - base, "exact", base)
+
+
+def patch_paths(model, clean, corrupted, metric, *sets) -> np.ndarray:
+    """The metric with each set of edges (names or indices) patched at once: path patching. One value a set."""
+    at = _setup(model, clean, corrupted, metric)
+    return at.under(np.stack([at.graph.mask(s) for s in sets]))
+
+
+@functools.partial(jax.jit, static_argnames=("graphdef", "graph", "metric", "steps"))
+def _gradients(graphdef, state, tokens, others, *, graph, metric, steps):
+    model, every = nnx.merge(graphdef, state), jnp.asarray(graph.mask(range(len(graph.edges))))
+    grad = jax.grad(lambda m: metric(E.run(model, graph, tokens, others, m)))
+    if steps is None:
+        return grad(jnp.zeros_like(every))
+    alphas = (jnp.arange(steps) + 0.5) / steps               # the midpoint rule along none -> every edge
+    return jax.lax.map(lambda a: grad(a * every), alphas).mean(0)
+
+
+def edge_attribution(model, clean, corrupted, metric, *, steps: int | None = None) -> EdgeScores:
+    """Every edge's effect estimated from gradients: at none patched (EAP; `steps` None), or integrated
+    over `steps` points from none patched to every edge patched (EAP with integrated gradients)."""
+    if steps is not None and (isinstance(steps, bool) or not isinstance(steps, (int, np.integer)) or steps < 1):
+        raise ConfigError(f"steps={steps!r} must be a whole number >= 1 (None: the gradient at the clean run)")
+    at = _setup(model, clean, corrupted, metric)
+    g = _gradients(at.graphdef, at.state, at.tokens, at.others, graph=at.graph, metric=at.metric, steps=steps)
+    s, r = np.asarray(at.graph.edges).T
+    base = float(at.under(at.graph.mask([])[None])[0])
+    return EdgeScores(at.graph, np.asarray(g, np.float64)[s, r], "eap" if steps is None else f"eap_ig{steps}", base)
+
+
+def circuit(scores: EdgeScores, *, k: int | None = None, threshold: float | None = None) -> list[str]:
+    """The edges of largest |effect| (the top `k`, or every one at or past `threshold`), less those not on
+    a path of kept edges to the logits: by name, largest first."""
+    if (k is None) == (threshold is None):
+        raise ConfigError("give k (the number of edges) or threshold (the least |effect| kept), one of them")
+    size = np.abs(scores.effect)
+    order = np.argsort(-size, kind="stable")
+    chosen = order[:k] if k is not None else order[size[order] >= threshold]
+    g = scores.graph
+    node = [r[:-2] if r[-2:] in (".q", ".k", ".v") else r for r in g.receivers]   # a receiver's own node
+    live, kept = {"logits"}, set()
+    for e in sorted(chosen, key=lambda e: -g.edges[e][0]):     # later senders first: their liveness is known
+        s, r = g.edges[e]
+        if node[r] in live:
+            kept.add(int(e))
+            live.add(g.senders[s])
+    names = g.names()
+    return [names[e] for e in chosen if int(e) in kept]
+
+
+def faithfulness(model, clean, corrupted, metric, scores: EdgeScores, ks) -> np.ndarray:
+    """For each k, the circuit of `circuit(scores, k=k)` alone (every other edge patched from the corrupted
+    run): its share of the clean-corrupted gap in the metric, (m - m_corrupted) / (m_clean - m_corrupted)."""
+    at = _setup(model, clean, corrupted, metric)
+    every = at.graph.mask(range(len(at.graph.edges)))
+    masks = [np.zeros_like(every), every] + [every - at.graph.mask(circuit(scores, k=int(k))) for k in ks]
+    m = at.under(np.stack(masks))
+    return (m[2:] - m[1]) / (m[0] - m[1])

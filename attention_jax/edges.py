@@ -1,0 +1,145 @@
+"""The model as a graph of edges: who writes into the residual stream, and whose input reads it.
+
+    graph = edges.graph_of(model)            # senders, receivers, and every edge between them
+    logits = edges.run(model, graph, tokens, others, mask)    # each masked edge's term from `others`
+
+Senders are the embedding (tokens and positions), each head's output (its share of the output
+projection: z_h · W_O[h]) or the whole mixer where it has no heads (the average), and each
+feed-forward network. Receivers are each head's query, key and value inputs apart, the mixer's
+input where it has no heads, each feed-forward network's input, and the logits. In a residual,
+pre-norm model a receiver's input is the sum of its senders' outputs (and the output projections'
+biases, which no edge carries): `run` computes it that way, so patching an edge is replacing one
+sender's term in one receiver's input by that sender's output in another run (the residual
+rewrite), and every edge patched at once is the other run. With no edge patched it is the model,
+to float rounding (the sum is taken in another order).
+"""
+from __future__ import annotations
+
+import dataclasses
+import functools
+
+import jax.numpy as jnp
+import numpy as np
+
+from attention_jax.errors import ConfigError
+
+
+@dataclasses.dataclass(frozen=True)
+class Graph:
+    """Senders and receivers by name, in the order the model computes them, and the edges as
+    (sender, receiver) index pairs: a sender feeds every receiver after it (a head does not feed its
+    own block's heads)."""
+    senders: tuple[str, ...]
+    receivers: tuple[str, ...]
+    edges: tuple[tuple[int, int], ...]
+
+    def names(self) -> list[str]:
+        """Each edge as "sender->receiver", e.g. "0.h1->1.h0.k"."""
+        return list(self._places)
+
+    @functools.cached_property
+    def _places(self) -> dict[str, int]:
+        return {f"{self.senders[s]}->{self.receivers[r]}": i for i, (s, r) in enumerate(self.edges)}
+
+    def index(self, name: str) -> int:
+        """An edge's place in `edges`, from its name."""
+        try:
+            return self._places[name]
+        except KeyError:
+            raise ConfigError(f"the graph has no edge {name!r}; its edges read like {self.names()[0]!r}") from None
+
+    def mask(self, which) -> np.ndarray:
+        """float32 [senders, receivers]: 1 at each edge in `which` (indices into `edges`, or names)."""
+        out = np.zeros((len(self.senders), len(self.receivers)), np.float32)
+        for e in which:
+            s, r = self.edges[self.index(e) if isinstance(e, str) else int(e)]
+            out[s, r] = 1.0
+        return out
+
+
+def _check(model) -> None:
+    cfg = model.config
+    if not cfg.residual:
+        raise ConfigError("the model has no residual stream (residual=False): no input is a sum of senders' "
+                          "outputs, so it has no edges to patch")
+    if cfg.layer_norm and cfg.norm == "post":
+        raise ConfigError("a post-norm model normalises the stream between blocks, so no input is a sum of "
+                          "senders' outputs: edges need norm='pre' (or layer_norm=False)")
+
+
+def graph_of(model) -> Graph:
+    """The edge graph of `model` (`LanguageModel`); a model whose inputs are not sums is refused in one line."""
+    _check(model)
+    cfg = model.config
+    senders, receivers, edges = ["embed"], [], []
+    for i, block in enumerate(model.blocks):
+        before = len(senders)                # a block's mixer reads what was written before it
+        if block.mixer is not None and cfg.heads_used:
+            heads = [f"{i}.h{h}" for h in range(cfg.heads_used)]
+            ins = [f"{head}.{c}" for c in "qkv" for head in heads]         # [q of every head, k..., v...]
+        elif block.mixer is not None:
+            heads, ins = [f"{i}.mixer"], [f"{i}.mixer"]
+        else:
+            heads, ins = [], []
+        for r in ins:
+            edges += [(s, len(receivers)) for s in range(before)]
+            receivers.append(r)
+        senders += heads
+        if block.ffn is not None:
+            edges += [(s, len(receivers)) for s in range(len(senders))]
+            receivers.append(f"{i}.ffn")
+            senders.append(f"{i}.ffn")
+    edges += [(s, len(receivers)) for s in range(len(senders))]
+    receivers.append("logits")
+    return Graph(tuple(senders), tuple(receivers), tuple(edges))
+
+
+def _heads(block, ln, x, cfg):
+    """A block's heads from their own inputs x [3 * H, B, T, D] (q's, k's, v's): each head's output [H, B, T, D]
+    and the output projection's bias (or 0)."""
+    mixer = block.mixer
+    w, b = mixer.head_weights(), mixer.head_biases()
+    x = x.reshape(3, cfg.heads_used, *x.shape[1:])
+    q, k, v = (jnp.einsum("HBTD,HDd->BHTd", ln(x[j]), w[c]) + b[c][None, :, None] for j, c in enumerate("qkv"))
+    z = mixer._attend(q, k, v)                                             # [B, H, T, d]
+    if w["o"] is None:                                                    # one head: its output is the stream's width
+        return z.swapaxes(0, 1), 0.0
+    bias = mixer.out.bias
+    return jnp.einsum("BHTd,HdD->HBTD", z, w["o"]), 0.0 if bias is None else bias[...]
+
+
+def run(model, graph: Graph, tokens, others, mask):
+    """Logits [B, T, V] of `tokens` through the residual rewrite, where each edge (s, r) with mask[s, r]
+    = m takes (1 - m) of s's output in this run and m of s's output in the other run, `others`
+    [senders, B, T, D] (`outputs`). mask 0: the model; 1 everywhere: the other run."""
+    return _forward(model, tokens, others, mask)[0]
+
+
+def outputs(model, graph: Graph, tokens):
+    """Every sender's output on `tokens`, [senders, B, T, D]: what `run` patches in from this run."""
+    return _forward(model, tokens, None, None)[1]
+
+
+def _forward(model, tokens, others, mask):
+    """(logits, every sender's output); `mask` None: no edge patched."""
+    cfg, ln = model.config, (lambda norm: (lambda x: x) if norm is None else norm)
+    outs, bias, r = [model.embed(tokens)], 0.0, 0
+
+    def inputs(n):                       # the next n receivers' inputs [n, B, T, D]
+        here = jnp.stack(outs)
+        stream = here.sum(0) + bias
+        if mask is None:
+            return jnp.broadcast_to(stream, (n, *stream.shape))
+        return stream[None] + jnp.einsum("sr,sBTD->rBTD", mask[:len(outs), r:r + n], others[:len(outs)] - here)
+    for block in model.blocks:
+        if block.mixer is not None and cfg.heads_used:
+            heads, b = _heads(block, ln(block.ln1), inputs(3 * cfg.heads_used), cfg)
+            r, bias = r + 3 * cfg.heads_used, bias + b
+            outs += list(heads)
+        elif block.mixer is not None:
+            outs.append(block.mixer(ln(block.ln1)(inputs(1)[0])))
+            r += 1
+        if block.ffn is not None:
+            outs.append(block.ffn(ln(block.ln2)(inputs(1)[0])))
+            r += 1
+    return model.unembed(inputs(1)[0]), jnp.stack(outs)

@@ -1,0 +1,121 @@
+"""attention_jax.discovery: every edge's exact effect equals TransformerLens' loop of patched forwards on the
+same weights; the gradient estimates are the exact effect's first order and integral; circuits reach the logits."""
+import dataclasses
+
+import numpy as np
+import pytest
+from flax import nnx
+
+from attention_jax import ConfigError, ModelConfig, discovery
+from attention_jax.discovery import EdgeScores, circuit, edge_attribution, edge_patch, faithfulness, patch_paths
+from attention_jax.edges import Graph, graph_of
+from attention_jax.model import LanguageModel
+from attention_jax.patching import normalized_logit_diff
+
+from helpers import gpt2_texts, tl_bridge
+
+
+@pytest.fixture(scope="module")
+def case():
+    cfg = ModelConfig(vocab_size=23, context=8, d_model=16, n_heads=2, n_layers=2, mixer="heads", qkv_bias=True,
+                      bias=True)
+    model = LanguageModel(cfg, rngs=nnx.Rngs(3))
+    clean = np.array([[1, 2, 3, 4, 5, 6, 7, 8], [3, 1, 4, 1, 5, 9, 2, 6]])
+    corrupted = np.array([[1, 2, 9, 4, 5, 6, 7, 8], [3, 1, 4, 1, 7, 9, 2, 6]])
+    return model, clean, corrupted, normalized_logit_diff(model, clean, corrupted, 5, 6)
+
+
+def test_each_edge_alone_is_its_own_path_patch(case):
+    exact = edge_patch(*case, batch_size=7)              # 7 does not divide the edges: the last batch filled up
+    assert exact.clean == pytest.approx(1.0, abs=1e-5) and exact.method == "exact"
+    picks = [0, 5, len(exact.graph.edges) - 1, int(np.argmax(np.abs(exact.effect)))]
+    alone = patch_paths(*case, *[[i] for i in picks])
+    np.testing.assert_allclose(alone - exact.clean, exact.effect[picks], atol=1e-5)
+    assert np.abs(exact.effect).max() > 0.05                 # some edge matters
+    every = patch_paths(*case, range(len(exact.graph.edges)))
+    assert every[0] == pytest.approx(0.0, abs=1e-4)           # every edge patched: the corrupted run
+
+
+@pytest.mark.slow
+def test_eap_is_the_exact_effects_first_order_and_ig_sums_to_the_whole_change(case):
+    model, clean, corrupted, metric = case
+    eap = edge_attribution(*case)
+    g = eap.graph
+    at = discovery._setup(model, clean, corrupted, metric)
+    eps = 0.02                                  # the metric's slope along one edge, by central differences
+    for e in (0, int(np.argmax(np.abs(eap.effect)))):
+        s, r = g.edges[e]
+        mask = np.zeros((2, len(g.senders), len(g.receivers)), np.float32)
+        mask[:, s, r] = eps, -eps
+        up, down = at.under(mask)
+        assert (up - down) / (2 * eps) == pytest.approx(eap.effect[e], rel=1e-2, abs=2e-3)
+    ig = edge_attribution(*case, steps=32)
+    assert ig.method == "eap_ig32" and ig.effect.sum() == pytest.approx(0.0 - ig.clean, abs=2e-3)
+    exact = edge_patch(*case)
+    assert np.corrcoef(ig.effect, exact.effect)[0, 1] > 0.5
+
+
+def _scores():
+    g = Graph(("embed", "0.h0", "0.ffn"), ("0.h0.q", "0.h0.k", "0.h0.v", "0.ffn", "logits"),
+              ((0, 0), (0, 1), (0, 2), (0, 3), (1, 3), (0, 4), (1, 4), (2, 4)))
+    return EdgeScores(g, np.array([0.9, 0.1, 0.05, -0.8, 0.7, 0.0, 0.02, 0.6]), "exact", 1.0)
+
+
+def test_a_circuit_keeps_only_edges_on_a_path_to_the_logits():
+    # embed->0.h0.q (0.9) is kept only while 0.h0 reaches the logits or the ffn that does
+    assert circuit(_scores(), k=2) == []                                   # 0.h0.q and 0.ffn: neither reaches the logits
+    assert circuit(_scores(), k=3) == []
+    assert circuit(_scores(), k=4) == ["embed->0.h0.q", "embed->0.ffn", "0.h0->0.ffn", "0.ffn->logits"]
+    assert circuit(_scores(), threshold=0.65) == []
+    assert circuit(_scores(), threshold=0.6) == circuit(_scores(), k=4)
+    with pytest.raises(ConfigError, match="k .* or threshold"):
+        circuit(_scores())
+
+
+@pytest.mark.slow
+def test_faithfulness_runs_from_none_to_the_whole_model(case):
+    exact = edge_patch(*case)
+    n = len(exact.graph.edges)
+    curve = faithfulness(*case, exact, ks=[0, n])
+    assert curve[0] == pytest.approx(0.0, abs=1e-6) and curve[1] == pytest.approx(1.0, abs=1e-5)
+
+
+def test_models_whose_inputs_are_not_sums_and_bad_arguments_are_refused(case):
+    model, clean, corrupted, metric = case
+    with pytest.raises(ConfigError, match="steps=0"):
+        edge_attribution(*case, steps=0)
+    with pytest.raises(ConfigError, match="batch_size"):
+        edge_patch(*case, batch_size=0)
+    with pytest.raises(ConfigError, match="one shape"):
+        edge_patch(model, clean, corrupted[:, :5], metric)
+    post = LanguageModel(dataclasses.replace(model.config, norm="post"), rngs=nnx.Rngs(0))
+    with pytest.raises(ConfigError, match="post-norm"):
+        graph_of(post)
+
+
+@pytest.fixture(scope="module")
+def gpt2(tmp_path_factory, torch):
+    from experiments.transformer_lens_ref import split_inputs
+    ours, hf, clean, corrupted = gpt2_texts(tmp_path_factory.mktemp("gpt2"))
+    return ours, split_inputs(tl_bridge(hf)), clean, corrupted
+
+
+@pytest.mark.slow
+def test_every_edge_equals_transformer_lens_loop_on_the_same_weights(gpt2, torch):
+    from experiments.transformer_lens_ref import edge_patch_loop
+    ours, bridge, clean, corrupted = gpt2
+    metric = normalized_logit_diff(ours, clean, corrupted, 5, 6)
+    exact = edge_patch(ours, clean, corrupted, metric)
+    with torch.no_grad():
+        tl_diff = lambda lg: (lg[:, -1, 5] - lg[:, -1, 6]).mean()
+        tl_metric = lambda lg: (tl_diff(lg) - metric.corrupted) / (metric.clean - metric.corrupted)
+        names = exact.graph.names()
+        theirs = edge_patch_loop(bridge, torch.as_tensor(clean), torch.as_tensor(corrupted),
+                                 [[tuple(n.split("->"))] for n in names], tl_metric)
+    np.testing.assert_allclose(exact.effect + exact.clean, theirs, atol=2e-4)
+    # 3 blocks of 4 heads: 12 q/k/v inputs and an MLP's a block, each from every sender before it, and the logits
+    assert len(names) == sum(12 * (1 + 5 * i) + 5 * (i + 1) for i in range(3)) + 16 == 262
+    assert np.abs(exact.effect).max() > 0.05
+    whole = edge_patch_loop(bridge, torch.as_tensor(clean), torch.as_tensor(corrupted),
+                            [[tuple(n.split("->")) for n in exact.top(10)]], tl_metric)
+    assert patch_paths(ours, clean, corrupted, metric, exact.top(10))[0] == pytest.approx(whole[0], abs=2e-4)

@@ -1,0 +1,86 @@
+"""attention_jax.edges: the residual rewrite is the model with no edge patched, the other run with every
+edge patched, and patching every edge into one receiver gives it the other run's input."""
+import dataclasses
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+from flax import nnx
+
+from attention_jax import ConfigError, ModelConfig, edges
+from attention_jax.model import LanguageModel
+
+BASE = ModelConfig(vocab_size=23, context=8, d_model=16, n_heads=2, n_layers=2, mixer="heads")
+CONFIGS = {
+    "heads": {},
+    "one_head": {"mixer": "head", "n_heads": 1},
+    "average": {"mixer": "average", "n_heads": 1},
+    "attention_only_rope": {"feed_forward": False, "positions": "rope"},
+    "alibi_untied_biases": {"positions": "alibi", "tie_embeddings": False, "qkv_bias": True, "bias": True},
+    "no_layer_norm_post": {"layer_norm": False, "norm": "post"},
+}
+CLEAN = np.array([[1, 2, 3, 4, 5, 6, 7, 8], [3, 1, 4, 1, 5, 9, 2, 6]])
+CORRUPTED = np.array([[1, 2, 9, 4, 5, 6, 7, 8], [3, 1, 4, 1, 7, 9, 2, 6]])
+
+
+def _model(name):
+    return LanguageModel(dataclasses.replace(BASE, **CONFIGS[name]), rngs=nnx.Rngs(1))
+
+
+def test_the_graph_of_two_blocks_of_two_heads():
+    g = edges.graph_of(_model("heads"))
+    assert g.senders == ("embed", "0.h0", "0.h1", "0.ffn", "1.h0", "1.h1", "1.ffn")
+    assert g.receivers[:6] == ("0.h0.q", "0.h1.q", "0.h0.k", "0.h1.k", "0.h0.v", "0.h1.v")
+    assert g.receivers[6:] == ("0.ffn", "1.h0.q", "1.h1.q", "1.h0.k", "1.h1.k", "1.h0.v", "1.h1.v", "1.ffn", "logits")
+    names = g.names()
+    assert "0.h1->0.ffn" in names and "0.h0->0.h1.q" not in names and "0.ffn->1.h1.v" in names
+    # embed to 6 q/k/v + 0.ffn; 4 senders to 6 q/k/v of block 1; 6 senders to 1.ffn; 7 to the logits
+    assert len(names) == 6 + 3 + 4 * 6 + 6 + 7 == len(set(names))
+    assert g.index("0.h1->0.ffn") == names.index("0.h1->0.ffn")
+    np.testing.assert_array_equal(np.argwhere(g.mask(["embed->logits"])), [[0, g.receivers.index("logits")]])
+    with pytest.raises(ConfigError, match="no edge '0.h0->0.h1.q'"):
+        g.index("0.h0->0.h1.q")
+
+
+@pytest.mark.parametrize("name", CONFIGS)
+def test_no_edge_patched_is_the_model_and_every_edge_patched_is_the_other_run(name):
+    model = _model(name)
+    g = edges.graph_of(model)
+    others = edges.outputs(model, g, jnp.asarray(CORRUPTED))
+    none = np.zeros((len(g.senders), len(g.receivers)), np.float32)
+    every = g.mask(range(len(g.edges)))
+    scale = float(jnp.std(model(CLEAN)))
+    np.testing.assert_allclose(edges.run(model, g, CLEAN, others, none), model(CLEAN), atol=2e-5 * scale)
+    np.testing.assert_allclose(edges.run(model, g, CLEAN, others, every), model(CORRUPTED), atol=2e-5 * scale)
+
+
+@pytest.mark.parametrize("name", ["heads", "alibi_untied_biases"])
+def test_every_edge_into_the_logits_patched_gives_them_the_other_runs_stream(name):
+    model = _model(name)
+    g = edges.graph_of(model)
+    into = [i for i, (s, r) in enumerate(g.edges) if g.receivers[r] == "logits"]
+    others = edges.outputs(model, g, jnp.asarray(CORRUPTED))
+    got = edges.run(model, g, CLEAN, others, g.mask(into))
+    np.testing.assert_allclose(got, model(CORRUPTED), atol=1e-4)
+    one = edges.run(model, g, CLEAN, others, g.mask(into[-1:]))          # the last FFN's term alone moves them
+    assert float(jnp.abs(one - model(CLEAN)).max()) > 1e-3
+
+
+def test_a_mask_in_between_is_a_share_of_each_run_and_differentiable():
+    model = _model("heads")
+    g = edges.graph_of(model)
+    others = edges.outputs(model, g, jnp.asarray(CORRUPTED))
+    f = lambda m: edges.run(model, g, CLEAN, others, m)[:, -1, 3].sum()
+    grad = jax.grad(f)(jnp.zeros((len(g.senders), len(g.receivers))))
+    s, r = np.asarray(g.edges).T
+    off = np.ones(grad.shape, bool)
+    off[s, r] = False
+    assert float(jnp.abs(grad[off]).max()) == 0.0 and float(jnp.abs(grad[s, r]).max()) > 0
+
+
+@pytest.mark.parametrize("change, line", [({"residual": False}, "no residual stream"),
+                                          ({"norm": "post"}, "post-norm")])
+def test_a_model_whose_inputs_are_not_sums_is_refused(change, line):
+    with pytest.raises(ConfigError, match=line):
+        edges.graph_of(LanguageModel(dataclasses.replace(BASE, **change), rngs=nnx.Rngs(0)))
