@@ -222,7 +222,7 @@ def value_bias(model, block: int) -> jax.Array:
     """Block `block`'s value bias per head, [H, D_head]: what every position's value holds whatever its
     token (the projection's bias, and the pre-norm LayerNorm's shift through W_V); zeros without either."""
     mixer, cfg = model.blocks[block].mixer, model.config
-    bias = mixer.value_bias()
+    bias = mixer.head_biases()["v"]
     ln = model.blocks[block].ln1
     if ln is not None and ln.bias is not None and cfg.norm == "pre":
         bias = bias + jnp.einsum("D,HDd->Hd", ln.bias[...], mixer.head_weights()["v"])

@@ -100,13 +100,14 @@ def _windows(graphdef, state, buf, lengths, key, temperature, at, count, *, gree
 def twins(graphdef, state, batch: int, length: int):
     """The model of `graphdef` and `state` with the key/value cache's twins in (`kv_cache.cached`, for
     `batch` rows of `length` slots), split as (its graph, its empty cache, the rest): made once a shape,
-    nothing computed; the rest holds `state`'s very arrays."""
+    nothing computed; the rest holds `state`'s very arrays. `cached` takes the empty cache's shapes
+    alone (`jax.ShapeDtypeStruct`s), so a caller keeping this for later calls keeps no cache."""
     model = nnx.merge(graphdef, state)
     kv_cache.cached(model, batch, length)
     return nnx.split(model, nnx.Cache, ...)
 
 
-@functools.partial(jax.jit, static_argnames=("graph",))
+@functools.partial(jax.jit, static_argnames=("graph",), donate_argnames=("empty",))
 def prefill(graph, rest, empty, prompt, padding):
     """The prompts (left-padded to one length, `padding[b]` slots in row b) through the cached model
     (`twins`) in one call: (the cache's state, for `extend`; the logits of each row's last position [B, V])."""
@@ -159,14 +160,14 @@ def _chunks(total: int, run) -> None:
         at += count
 
 
-def cached(graphdef, state, prompt, padding, key, temperature, *, n: int, greedy: bool, top_k,
-           made=None) -> np.ndarray:
-    """The prompts [B, P] followed by `n` new tokens each, [B, P + n], decoded with the cache; `made`:
-    `twins`' answer for this shape, when the caller keeps it."""
+def cached(made, prompt, padding, key, temperature, *, n: int, greedy: bool, top_k) -> np.ndarray:
+    """The prompts [B, P] followed by `n` >= 1 new tokens each, [B, P + n], decoded with the cache; `made`:
+    `twins(graphdef, state, B, P + n - 1)` (every new token but the last is fed back), its cache as
+    arrays or their shapes."""
     B, P = prompt.shape
-    graph, empty, rest = made or twins(graphdef, state, B, P + n - 1)   # every new token but the last fed back
-    cache, logits = prefill(graph, rest, empty, prompt, padding)
-    state = rest
+    graph, empty, state = made
+    empty = jax.tree.map(lambda a: jnp.zeros(a.shape, a.dtype), empty)     # made here, given to prefill
+    cache, logits = prefill(graph, state, empty, prompt, padding)
     c = {"cache": cache, "logits": logits, "key": key, "out": jnp.zeros((B, n), jnp.int32), "done": 0}
 
     def run(at, count):

@@ -28,8 +28,7 @@ from flax import nnx
 from attention_jax import edges as E
 from attention_jax.errors import ConfigError
 from attention_jax.inspect import deterministic
-from attention_jax.layers import check_ids
-from attention_jax.patching import _check_metric, side_by_side
+from attention_jax.patching import check_metric, in_batches, side_by_side, token_pair
 
 
 @dataclasses.dataclass(frozen=True)
@@ -42,21 +41,17 @@ class EdgeScores:
 
     def top(self, k: int) -> list[str]:
         """The k edges of largest |effect|, by name, largest first."""
-        return [self.graph.names()[i] for i in np.argsort(-np.abs(self.effect), kind="stable")[:k]]
+        names = self.graph.names()
+        return [names[i] for i in np.argsort(-np.abs(self.effect), kind="stable")[:k]]
 
 
 def _setup(model, clean, corrupted, metric):
     model = deterministic(model)
-    clean, corrupted = (np.asarray(t) for t in (clean, corrupted))
-    if clean.shape != corrupted.shape or clean.ndim != 2:
-        raise ConfigError(f"clean and corrupted tokens must be [B, T] of one shape, got {clean.shape} and "
-                          f"{corrupted.shape}")
-    for tokens in (clean, corrupted):
-        check_ids(tokens, model.config.vocab_size)
+    clean, corrupted = token_pair(model, clean, corrupted)
     graph = E.graph_of(model)
-    keyed = _check_metric(metric, (*clean.shape, model.config.vocab_size))
+    keyed = check_metric(metric, (*clean.shape, model.config.vocab_size))
     graphdef, state = nnx.split(model)
-    others = _outputs(graphdef, state, jnp.asarray(corrupted), graph=graph)
+    others = _outputs(graphdef, state, jnp.asarray(corrupted))
     return _Setup(graph, keyed, graphdef, state, jnp.asarray(clean), others)
 
 
@@ -75,9 +70,9 @@ class _Setup:
                                    graph=self.graph, metric=self.metric), np.float64)
 
 
-@functools.partial(jax.jit, static_argnames=("graphdef", "graph"))
-def _outputs(graphdef, state, tokens, *, graph):
-    return E.outputs(nnx.merge(graphdef, state), graph, tokens)
+@functools.partial(jax.jit, static_argnames=("graphdef",))
+def _outputs(graphdef, state, tokens):
+    return E.outputs(nnx.merge(graphdef, state), tokens)
 
 
 @functools.partial(jax.jit, static_argnames=("graphdef", "graph", "metric"))
@@ -95,19 +90,9 @@ def _one_edge(graphdef, state, tokens, others, pairs, *, graph, metric):
     return jax.vmap(one)(pairs)
 
 
-def _batches(run, items: np.ndarray, size: int) -> np.ndarray:
-    """`run` over `items` `size` at a time (the last filled up with copies): a Ctrl-C is answered between calls."""
-    padded = np.concatenate([items, np.repeat(items[-1:], -len(items) % size, axis=0)])
-    return np.concatenate([np.asarray(run(padded[i:i + size])) for i in range(0, len(padded), size)])[:len(items)]
-
-
-def _size(model, shape, batch_size) -> int:
-    if batch_size is not None and (isinstance(batch_size, bool) or not isinstance(batch_size, (int, np.integer))
-                                   or batch_size < 1):
-        raise ConfigError(f"batch_size={batch_size!r} must be a whole number >= 1 (None: as many as fit in memory)")
+def _side_by_side(model, shape) -> int:
     # Each patched forward holds every head's own q, k and v input: three streams a head beside the block's.
-    heads = max(1, model.config.heads_used)
-    return int(batch_size or max(1, side_by_side(model.config, shape) // (1 + heads)))
+    return max(1, side_by_side(model.config, shape) // (1 + max(1, model.config.heads_used)))
 
 
 def edge_patch(model, clean, corrupted, metric, *, batch_size: int | None = None) -> EdgeScores:
@@ -115,16 +100,17 @@ def edge_patch(model, clean, corrupted, metric, *, batch_size: int | None = None
     output taken from the corrupted run, minus the clean metric. `batch_size`: patched forwards side by
     side (default: as many as fit in `patching.MEMORY`)."""
     at = _setup(model, clean, corrupted, metric)
-    size = _size(model, at.tokens.shape, batch_size)
     run = lambda pairs: _one_edge(at.graphdef, at.state, at.tokens, at.others, jnp.asarray(pairs), graph=at.graph,
                                   metric=at.metric)
-    values = _batches(run, np.asarray(at.graph.edges, np.int32), size)
+    values = in_batches(run, np.asarray(at.graph.edges, np.int32), batch_size, _side_by_side(model, at.tokens.shape))
     base = float(at.under(at.graph.mask([])[None])[0])
     return EdgeScores(at.graph, np.asarray(values, np.float64) - base, "exact", base)
 
 
 def patch_paths(model, clean, corrupted, metric, *sets) -> np.ndarray:
     """The metric with each set of edges (names or indices) patched at once: path patching. One value a set."""
+    if not sets:
+        raise ConfigError("give at least one set of edges to patch (a list of names or indices; [] patches none)")
     at = _setup(model, clean, corrupted, metric)
     return at.under(np.stack([at.graph.mask(s) for s in sets]))
 

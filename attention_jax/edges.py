@@ -1,7 +1,8 @@
 """The model as a graph of edges: who writes into the residual stream, and whose input reads it.
 
     graph = edges.graph_of(model)            # senders, receivers, and every edge between them
-    logits = edges.run(model, graph, tokens, others, mask)    # each masked edge's term from `others`
+    others = edges.outputs(model, corrupted)  # every sender's output on another text
+    logits = edges.run(model, graph, tokens, others, graph.mask(["0.h1->logits"]))   # that term from `others`
 
 Senders are the embedding (tokens and positions), each head's output (its share of the output
 projection: z_h · W_O[h]) or the whole mixer where it has no heads (the average), and each
@@ -112,10 +113,13 @@ def run(model, graph: Graph, tokens, others, mask):
     """Logits [B, T, V] of `tokens` through the residual rewrite, where each edge (s, r) with mask[s, r]
     = m takes (1 - m) of s's output in this run and m of s's output in the other run, `others`
     [senders, B, T, D] (`outputs`). mask 0: the model; 1 everywhere: the other run."""
+    if mask.shape != (len(graph.senders), len(graph.receivers)):
+        raise ConfigError(f"the mask is {tuple(mask.shape)} and the graph has {len(graph.senders)} senders and "
+                          f"{len(graph.receivers)} receivers: make it with graph.mask(edges)")
     return _forward(model, tokens, others, mask)[0]
 
 
-def outputs(model, graph: Graph, tokens):
+def outputs(model, tokens):
     """Every sender's output on `tokens`, [senders, B, T, D]: what `run` patches in from this run."""
     return _forward(model, tokens, None, None)[1]
 

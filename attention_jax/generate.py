@@ -26,10 +26,10 @@ from flax import nnx
 from attention_jax import decode
 from attention_jax.decode import next_token  # noqa: F401  (part of generate's API)
 from attention_jax.errors import ConfigError, GenerationInterrupted
-from attention_jax.inspect import swap
 from attention_jax.model import Bidirectional, check_ids
 from attention_jax.speed import Speed, decoding, fast
 from attention_jax.speed.backend import backend_of
+from attention_jax.swap import swap
 
 MAX_NEW = 1_000_000     # tokens a call: the uncached path holds the whole text, 4 bytes an id a row
 
@@ -179,6 +179,15 @@ class Decoder:
         self._finite = _finite(nnx.state(model, nnx.Param))   # the weights as given: says why logits were not
         self._made = {}
 
+    def _twins(self, batch: int, length: int):
+        """The cache's twins for this shape (`decode.twins`), made once: the graph, the weights and the
+        cache's shapes, not the cache."""
+        if (batch, length) not in self._made:
+            graph, empty, rest = decode.twins(self.graphdef, self.state, batch, length)
+            self._made[batch, length] = graph, jax.tree.map(lambda a: jax.ShapeDtypeStruct(a.shape, a.dtype),
+                                                             empty), rest
+        return self._made[batch, length]
+
     def __call__(self, prompt, n: int, *, key=None, temperature: float = 1.0, top_k: int | None = None,
                  cache: bool = True):
         rows, greedy = _checked(self.config, prompt, n, key, temperature, top_k, cache)
@@ -191,12 +200,8 @@ class Decoder:
             buf = np.zeros((len(rows), P), np.int32)          # id 0 stands in the padding: no query reads it
             for r, (row, pad) in enumerate(zip(rows, padding)):
                 buf[r, pad:] = row
-            shape = (len(rows), P + n - 1)
-            if shape not in self._made:                  # the cache's twins, made once a shape
-                self._made[shape] = decode.twins(self.graphdef, self.state, *shape)
-            starts, run = padding, lambda: decode.cached(self.graphdef, self.state, jnp.asarray(buf),
-                                                         jnp.asarray(padding), key, temperature, **options,
-                                                         made=self._made[shape])
+            starts, run = padding, lambda: decode.cached(self._twins(len(rows), P + n - 1), jnp.asarray(buf),
+                                                         jnp.asarray(padding), key, temperature, **options)
         else:
             buf = np.zeros((len(rows), max(T, P + n)), np.int32)
             for r, row in enumerate(rows):

@@ -60,7 +60,7 @@ def deterministic(model):
     return copy
 
 
-# --- select and replace: `attention_jax.swap`, the one mechanism beneath every swap -------------------
+# --- hook points: named intermediates ---------------------------------------------------------------
 
 def hook_names(model) -> list[str]:
     """Every hook point this model computes, by its public name (one whose part is absent or switched
@@ -186,12 +186,12 @@ def ablate(model: LanguageModel, *, mixer: Iterable[int] = (), feed_forward: Ite
     parts = dict.fromkeys(removed)
     parts.update({f"blocks.{i}.ffn": None for i in feed_forward})
     n = model.config.heads_used      # zeroing an index past the last head would silently do nothing
-    for block, chosen in (heads or {}).items():
+    for block, chosen in heads.items():
         bad = [h for h in chosen if not -n <= h < n]
         if bad:
             raise ConfigError(f"ablate(heads={{{block}: {sorted(chosen)}}}): block {block} has {n} head(s); "
                               f"head {bad[0]} does not exist (heads are 0 .. {n - 1})")
-    patches = {f"blocks.{i}.mixer.z": _zero_heads(sorted(h)) for i, h in (heads or {}).items() if list(h)}
+    patches = {f"blocks.{i}.mixer.z": _zero_heads(sorted(h)) for i, h in heads.items() if list(h)}
     if positions:
         if model.config.positions not in ("learned", "sinusoidal"):
             raise ConfigError(f"ablate(positions=True) zeroes the position vectors added to the tokens; this "

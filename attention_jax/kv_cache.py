@@ -32,7 +32,7 @@ from attention_jax.swap import Swapped, twins
 class Clock(nnx.Module):
     """Where decoding stands: the slot the next position goes to, and each row's first slot (`start`)."""
 
-    def __init__(self, batch: int, length: int, start):
+    def __init__(self, length: int, start):
         self.length = length
         self.index = nnx.Cache(jnp.zeros((), jnp.int32))
         self.start = nnx.Cache(jnp.asarray(start, jnp.int32))
@@ -77,13 +77,13 @@ class CachedAttention(nnx.Module):
     """An attention mixer (`Head`, `MultiHeadAttention`) decoding: its own projections, hooks, attention
     and output, at the clock's positions, over the keys and values of every slot written."""
 
-    def __init__(self, mixer, clock: Clock, dtype):
+    def __init__(self, mixer, clock: Clock):
         cfg = mixer.config
         if type(mixer.attention.mask) is not CausalMask:
             raise ConfigError(f"decoding reads the past only; a {type(mixer.attention.mask).__name__} mask "
                               "cannot decode: decode outside the ablation")
         self.reference, self.clock = mixer, clock
-        self.cache = KVCache((clock.start.shape[0], cfg.heads_used, clock.length, cfg.d_head_used), dtype)
+        self.cache = KVCache((clock.start.shape[0], cfg.heads_used, clock.length, cfg.d_head_used), jnp.dtype(cfg.dtype))
 
     def __call__(self, x):
         ref, clock, cfg = self.reference, self.clock, self.reference.config
@@ -156,9 +156,10 @@ class Cached(Swapped):
 
 # Which twin replaces which part (`attention_jax.swap.twins`): each mixer, and the positions added to
 # the tokens (a model with neither keeps nothing while it decodes).
+_attention = lambda mixer, path, *, clock, config: CachedAttention(mixer, clock)
 TWINS = {
-    Head: lambda mixer, path, *, clock, config: CachedAttention(mixer, clock, jnp.dtype(config.dtype)),
-    MultiHeadAttention: lambda mixer, path, *, clock, config: CachedAttention(mixer, clock, jnp.dtype(config.dtype)),
+    Head: _attention,
+    MultiHeadAttention: _attention,
     UniformAverage: lambda mixer, path, *, clock, config: CachedAverage(mixer, clock, config.d_model,
                                                                         jnp.dtype(config.dtype)),
     PositionTable: lambda table, path, *, clock, config: CachedPositions(table, clock),
@@ -174,11 +175,10 @@ def cached(model, batch: int, max_len: int | None = None, *, padding=None) -> Ca
         raise ConfigError(f"a cache of {max_len} positions passes the learned position table "
                           f"({cfg.max_positions_used} rows); decode at most {cfg.max_positions_used}")
     start = jnp.zeros((batch,), jnp.int32) if padding is None else jnp.asarray(padding)
-    concrete = not isinstance(start, jax.core.Tracer)     # traced: inside a compiled decode, its caller checked it
-    if start.shape != (batch,) or not jnp.issubdtype(start.dtype, jnp.integer) or concrete and batch and (
+    if start.shape != (batch,) or not jnp.issubdtype(start.dtype, jnp.integer) or batch and (
             start.min() < 0 or start.max() >= max_len):
-        raise ConfigError(f"padding={np.asarray(start).tolist() if concrete else start.shape!r}: give one whole "
-                          f"number per row, [{batch}], each from 0 to {max_len - 1} (slots before the row's text)")
-    clock = Clock(batch, max_len, start)
+        raise ConfigError(f"padding={np.asarray(start).tolist()}: give one whole number per row, [{batch}], each "
+                          f"from 0 to {max_len - 1} (slots before the row's text)")
+    clock = Clock(max_len, start)
     parts = twins(model, TWINS, clock=clock, config=cfg)
     return Cached(model, clock if parts else None, parts)

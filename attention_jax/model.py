@@ -19,14 +19,11 @@ penzai way: select a part, replace it, put it back). The causal mask is a part t
 """
 from __future__ import annotations
 
-import jax
 import jax.numpy as jnp
-import numpy as np
 from flax import nnx
 
 from attention_jax import functional as F
 from attention_jax.config import ModelConfig
-from attention_jax.errors import ConfigError
 from attention_jax.layers import (  # noqa: F401  (Hook, masks, check_ids: part of the model's API)
     Bidirectional, CausalMask, Dense, Hook, LayerNorm, PositionTable, SinusoidalPositions, check_ids, compute_dtype,
     dropout, embedding_init, projection, TokenEmbed)
@@ -75,10 +72,6 @@ class _Attention(nnx.Module):
 
     def __call__(self, x):
         return self.output(self._attend(*self.project(x)))
-
-    def value_bias(self):
-        """What every position's value holds whatever its input: [H, D_head] (`head_biases`' v)."""
-        return self.head_biases()["v"]
 
     def _attend(self, q, k, v):                              # q, k, v: [B, H, T, D], positions 0 .. T-1
         cfg = self.config

@@ -116,6 +116,18 @@ class _Normalized:
         return (ld - self.corrupted) / (self.clean - self.corrupted)
 
 
+def token_pair(model, clean, corrupted) -> tuple[np.ndarray, np.ndarray]:
+    """Clean and corrupted token ids as arrays, [B, T] of one shape and in the model's vocabulary (inside a
+    compiled sweep an id past it would be clamped), or one line why not."""
+    clean, corrupted = (np.asarray(t) for t in (clean, corrupted))
+    if clean.shape != corrupted.shape or clean.ndim != 2:
+        raise ConfigError(f"clean and corrupted tokens must be [B, T] of one shape, got {clean.shape} and "
+                          f"{corrupted.shape}")
+    for tokens in (clean, corrupted):
+        check_ids(tokens, model.config.vocab_size)
+    return clean, corrupted
+
+
 def _plan(model, clean, corrupted, hook: str, by: str, into: str):
     """(target tokens, source tokens, hook names per block, grid sizes) for a sweep, or one line why not."""
     if hook not in HOOKS:
@@ -127,13 +139,8 @@ def _plan(model, clean, corrupted, hook: str, by: str, into: str):
                           f"{' or '.join(map(repr, fits))}")
     if into not in ("corrupted", "clean"):
         raise ConfigError(f"into={into!r}; choose 'corrupted' (clean activations into the corrupted run) or 'clean'")
-    clean, corrupted = (np.asarray(t) for t in (clean, corrupted))
-    if clean.shape != corrupted.shape or clean.ndim != 2:
-        raise ConfigError(f"clean and corrupted tokens must be [B, T] of one shape, got {clean.shape} and "
-                          f"{corrupted.shape}")
+    clean, corrupted = token_pair(model, clean, corrupted)
     cfg = model.config
-    for tokens in (clean, corrupted):       # inside the compiled sweep an id past the vocabulary would be clamped
-        check_ids(tokens, cfg.vocab_size)
     if axes[0] == "head" and cfg.heads_used == 0:
         raise ConfigError(f"hook={hook!r} is a head's, and this model's mixer ({cfg.mixer!r}) has no heads")
     names = [HOOKS[hook][0].format(i=i) for i in range(cfg.n_layers)]
@@ -145,7 +152,7 @@ def _plan(model, clean, corrupted, hook: str, by: str, into: str):
 _NOT_ONE = "metric returns {}, not one number: reduce it over the batch (e.g. a mean) so each patch gets a value"
 
 
-def _check_metric(metric, logits_shape=None) -> Keyed:
+def check_metric(metric, logits_shape=None) -> Keyed:
     """A metric the sweep can compile, keyed by what it computes with (`fingerprint.Keyed`: a metric
     that reads a global is not served the program of the global's old value); given the logits'
     shape, checked to give one number from them."""
@@ -169,6 +176,18 @@ def side_by_side(config, shape) -> int:
     per_block = 8 * config.d_model + 2 * config.d_ff * config.feed_forward + 3 * config.heads_used * T
     one = 4 * B * T * (config.n_layers * per_block + 2 * config.vocab_size)
     return max(1, MEMORY // one)
+
+
+def in_batches(run, items: np.ndarray, batch_size: int | None, default: int) -> np.ndarray:
+    """`run` over `items` [N, ...], `batch_size` (checked; None: `default`, at most N) at a time, the results
+    concatenated. The last batch is filled up with copies of its final item, so every call has one shape (one
+    compiled program); between calls a Ctrl-C is answered, where one call for them all held it to the end."""
+    if batch_size is not None and (isinstance(batch_size, bool) or not isinstance(batch_size, (int, np.integer))
+                                   or batch_size < 1):
+        raise ConfigError(f"batch_size={batch_size!r} must be a whole number >= 1 (None: as many as fit in memory)")
+    size = min(int(batch_size or default), len(items))
+    padded = np.concatenate([items, np.repeat(items[-1:], -len(items) % size, axis=0)])
+    return np.concatenate([np.asarray(run(padded[i:i + size])) for i in range(0, len(padded), size)])[:len(items)]
 
 
 def _mask(shape, axes, by, index, layer):
@@ -210,24 +229,18 @@ def activation_patch(model, clean, corrupted, metric: Callable, *, hook: str = "
     the model's size; fewer to bound memory further). Dropout is off (`inspect.deterministic`)."""
     model = deterministic(model)
     target, source, names, grid = _plan(model, clean, corrupted, hook, by, into)
-    keyed = _check_metric(metric)
-    if batch_size is not None and (isinstance(batch_size, bool) or not isinstance(batch_size, (int, np.integer))
-                                   or batch_size < 1):
-        raise ConfigError(f"batch_size={batch_size!r} must be a whole number >= 1 (None: as many as fit in memory)")
+    keyed = check_metric(metric)
     graphdef, state = nnx.split(model)
     indices = np.stack(np.unravel_index(np.arange(int(np.prod(grid))), grid), axis=-1).astype(np.int32)
-    size = min(int(batch_size or side_by_side(model.config, target.shape)), len(indices))
     sources = _recorded(graphdef, state, source, names=tuple(names))
-    # One compiled call per `size` patches (the last filled up with copies of its final index): between
-    # calls a Ctrl-C is answered, where one call for the whole sweep held it until the end.
-    padded = np.concatenate([indices, np.repeat(indices[-1:], -len(indices) % size, axis=0)])
-    values = []
-    for i in range(0, len(padded), size):
-        values.append(np.asarray(_sweep(graphdef, state, target, sources, padded[i:i + size], names=tuple(names),
-                                        axes=HOOKS[hook][1], by=by, metric=keyed)))
-        if values[-1].shape != (size,):         # checked after the first call: tracing the metric first costs each call
-            raise ConfigError(_NOT_ONE.format(values[-1].shape[1:]))
-    values = np.concatenate(values)[:len(indices)]
+
+    def run(batch):
+        values = _sweep(graphdef, state, target, sources, batch, names=tuple(names), axes=HOOKS[hook][1], by=by,
+                        metric=keyed)
+        if values.shape != batch.shape[:1]:     # checked on the values: tracing the metric first costs each call
+            raise ConfigError(_NOT_ONE.format(values.shape[1:]))
+        return values
+    values = in_batches(run, indices, batch_size, side_by_side(model.config, target.shape))
     return Sweep(np.asarray(values, np.float64).reshape(grid), ("layer", *BY[by]), hook)
 
 
@@ -239,7 +252,7 @@ def attribution_patch(model, clean, corrupted, metric: Callable, *, hook: str = 
     in the patched activation over the change; see docs/library.md for where it is not."""
     model = deterministic(model)
     target, source, names, grid = _plan(model, clean, corrupted, hook, by, into)
-    keyed = _check_metric(metric, (*target.shape, model.config.vocab_size))
+    keyed = check_metric(metric, (*target.shape, model.config.vocab_size))
     graphdef, state = nnx.split(model)
     came, was = (_recorded(graphdef, state, tokens, names=tuple(names)) for tokens in (source, target))
     grads = _gradients(graphdef, state, target, {n: jnp.zeros_like(was[n]) for n in names}, names=tuple(names),

@@ -118,14 +118,15 @@ def main(argv: list[str] | None = None) -> int:
         # first experiment): those whose children take turns on the accelerator need it unreserved.
         import os
         os.environ.setdefault("XLA_PYTHON_CLIENT_PREALLOCATE", "false")
-    failures = {}
+    failures, ran = {}, []
     try:
         for name in names:
             reason = run_one(name, args)
+            ran.append(name)
             if reason:
                 failures[name] = reason
-    except KeyboardInterrupt as e:
-        report.atomic_write(out / "REPORT.md", gather(out, names, failures))
+    except KeyboardInterrupt as e:     # the report holds what this run finished, not earlier runs' results
+        report.atomic_write(out / "REPORT.md", gather(out, ran, failures))
         code = cli.report_error(e)
         if argv is None:     # a command line: leave before XLA's threads meet the interpreter's teardown
             import os

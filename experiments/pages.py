@@ -131,7 +131,7 @@ def page(name: str, r: dict) -> str:
                "", report.format_table([("claim", "claim", ""), ("where", "checked on", ""), ("held", "held in", ""),
                                         ("least", "smallest margin", ".3g")], robustness(r)), ""]
     for title, table in r.get("tables", {}).items():      # written safe by format_table; a file edited since too
-        md += [f"## {report.safe(title)}", "", table.replace("<", "&lt;").replace("](", "]\\("), ""]
+        md += [f"## {report.safe(title)}", "", report.escape(table), ""]
     for fig in r.get("figures", []):
         md += [f"![{name}: {fig}]({name}/{fig})", ""]
     for view in sorted(p.name for p in (DOCS / name).glob("*.html")):
@@ -152,14 +152,24 @@ def index(results: dict[str, dict]) -> str:
     return "\n".join(md)
 
 
+def took(name: str, result: dict | None = None, smoke: dict | None = None) -> tuple[str | None, str | None]:
+    """How long the committed runs of `name` took, as text: (its smoke preset, its cpu preset), None where
+    there is no such run. `result` (its results.json) and `smoke` (`smoke_times()`) when read already."""
+    smoke = smoke_times() if smoke is None else smoke
+    if result is None and (DOCS / name / "results.json").is_file():
+        result = load(name)
+    wall, cached = cost(result) if result else (0, 0)
+    return _minutes(smoke[name]) if name in smoke else None, _minutes(wall + cached) if wall else None
+
+
 def experiments_table(results: dict[str, dict], *, link: str) -> str:
     smoke = smoke_times()
     rows = []
     for name, r in results.items():
-        wall, cached = cost(r)
+        smoke_took, cpu_took = took(name, r, smoke)
         rows.append({"command": report.Markdown(f"[`experiments.{name}`]({link.format(name=name)})"), "what": summary(name),
-                     "smoke": _minutes(smoke[name]) if name in smoke else "-",
-                     "time": _minutes(wall + cached) if wall else "-", "claims": report.tally(r["claims"]).split(" claims")[0]})
+                     "smoke": smoke_took or "-", "time": cpu_took or "-",
+                     "claims": report.tally(r["claims"]).split(" claims")[0]})
     return report.format_table([("command", "experiment", ""), ("what", "what it regenerates", ""),
                                 ("smoke", "smoke preset", ""), ("time", "cpu preset, 2 cores", ""),
                                 ("claims", "claims held", "")], rows)

@@ -39,15 +39,16 @@ ORACLES = ("torch", "transformers", "transformer_lens")
 
 
 def ours_alone(name: str, rounds: int) -> list[dict]:
-    """Both sweeps timed on ours alone, on a GPT-2 of the model's shapes with weights drawn here (N(0, 0.1²),
-    LayerNorm gains near 1): what a run without TransformerLens measures."""
+    """Both sweeps timed on ours alone, on a GPT-2 of the model's shapes with every parameter drawn here,
+    LayerNorm gains included, from N(0, 0.1²): what a run without TransformerLens measures."""
+    import jax
     from flax import nnx
     from attention_jax import pretrained
     from attention_jax.model import LanguageModel
     from attention_jax.patching import activation_patch, normalized_logit_diff
     spec = MODELS[name]
     ours = LanguageModel(pretrained.config_from_hf({"model_type": "gpt2", **spec["shape"]}), rngs=nnx.Rngs(0))
-    leaves, treedef = __import__("jax").tree.flatten(nnx.state(ours, nnx.Param))
+    leaves, treedef = jax.tree.flatten(nnx.state(ours, nnx.Param))
     draw = np.random.default_rng(0)
     nnx.update(ours, treedef.unflatten([np.asarray(0.1 * draw.standard_normal(a.shape), np.float32) for a in leaves]))
     clean, corrupted = _texts(spec)

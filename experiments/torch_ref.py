@@ -30,8 +30,9 @@ def import_torch():
     try:
         import torch as found   # at call time, so a torch removed since (or in a test) is noticed
     except ImportError:
-        raise UserError("this compares against PyTorch, which is not installed; install the test extra: "
-                        "pip install -e '.[test]' --extra-index-url https://download.pytorch.org/whl/cpu") from None
+        from experiments.harness.oracles import INSTALL
+        raise UserError(f"this compares against PyTorch, which is not installed; install the test extra: {INSTALL}") \
+            from None
     return found
 
 

@@ -1,8 +1,8 @@
 """TransformerLens as the reference of patching and circuits: a random GPT-2 written by transformers,
 read by our loader, and TransformerLens' TransformerBridge over the very same model.
 
-Used by the tests (tests/test_patching.py, tests/test_circuits.py) and by `experiments.patching`,
-never by the library. transformers, torch and transformer-lens come with the test extra.
+Used by the tests (tests/test_patching.py, tests/test_circuits.py, tests/test_discovery.py) and by
+`experiments.patching`, never by the library. transformers, torch and transformer-lens come with the test extra.
 """
 from __future__ import annotations
 
@@ -84,7 +84,7 @@ def edge_patch_loop(bridge, clean, corrupted, edges, metric):
     kept = {}
     with torch.no_grad():
         bridge.run_with_hooks(corrupted, fwd_hooks=[(n, (lambda n: lambda t, hook: kept.__setitem__(n, t.clone()))(n))
-                                                    for n in {_sender(s)[0] for s, _ in edges_of(edges)}])
+                                                    for n in {_sender(s)[0] for patch in edges for s, _ in patch}])
         values = []
         for patch in edges:
             current, hooks = {}, []
@@ -105,7 +105,3 @@ def edge_patch_loop(bridge, clean, corrupted, edges, metric):
                 hooks.append((point, add))
             values.append(float(metric(bridge.run_with_hooks(clean, fwd_hooks=hooks))))
     return values
-
-
-def edges_of(sets):
-    return [edge for patch in sets for edge in patch]

@@ -5,7 +5,6 @@ import contextlib
 import io
 import json
 import os
-import sys
 
 import jax
 import pytest

@@ -8,7 +8,7 @@ from flax import nnx
 
 from attention_jax import ConfigError, ModelConfig, discovery
 from attention_jax.discovery import EdgeScores, circuit, edge_attribution, edge_patch, faithfulness, patch_paths
-from attention_jax.edges import Graph, graph_of
+from attention_jax.edges import Graph
 from attention_jax.model import LanguageModel
 from attention_jax.patching import normalized_logit_diff
 
@@ -90,7 +90,9 @@ def test_models_whose_inputs_are_not_sums_and_bad_arguments_are_refused(case):
         edge_patch(model, clean, corrupted[:, :5], metric)
     post = LanguageModel(dataclasses.replace(model.config, norm="post"), rngs=nnx.Rngs(0))
     with pytest.raises(ConfigError, match="post-norm"):
-        graph_of(post)
+        edge_patch(post, clean, corrupted, metric)
+    with pytest.raises(ConfigError, match="at least one set"):
+        patch_paths(*case)
 
 
 @pytest.fixture(scope="module")

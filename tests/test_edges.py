@@ -47,7 +47,7 @@ def test_the_graph_of_two_blocks_of_two_heads():
 def test_no_edge_patched_is_the_model_and_every_edge_patched_is_the_other_run(name):
     model = _model(name)
     g = edges.graph_of(model)
-    others = edges.outputs(model, g, jnp.asarray(CORRUPTED))
+    others = edges.outputs(model, jnp.asarray(CORRUPTED))
     none = np.zeros((len(g.senders), len(g.receivers)), np.float32)
     every = g.mask(range(len(g.edges)))
     scale = float(jnp.std(model(CLEAN)))
@@ -60,7 +60,7 @@ def test_every_edge_into_the_logits_patched_gives_them_the_other_runs_stream(nam
     model = _model(name)
     g = edges.graph_of(model)
     into = [i for i, (s, r) in enumerate(g.edges) if g.receivers[r] == "logits"]
-    others = edges.outputs(model, g, jnp.asarray(CORRUPTED))
+    others = edges.outputs(model, jnp.asarray(CORRUPTED))
     got = edges.run(model, g, CLEAN, others, g.mask(into))
     np.testing.assert_allclose(got, model(CORRUPTED), atol=1e-4)
     one = edges.run(model, g, CLEAN, others, g.mask(into[-1:]))          # the last FFN's term alone moves them
@@ -70,7 +70,7 @@ def test_every_edge_into_the_logits_patched_gives_them_the_other_runs_stream(nam
 def test_a_mask_in_between_is_a_share_of_each_run_and_differentiable():
     model = _model("heads")
     g = edges.graph_of(model)
-    others = edges.outputs(model, g, jnp.asarray(CORRUPTED))
+    others = edges.outputs(model, jnp.asarray(CORRUPTED))
     f = lambda m: edges.run(model, g, CLEAN, others, m)[:, -1, 3].sum()
     grad = jax.grad(f)(jnp.zeros((len(g.senders), len(g.receivers))))
     s, r = np.asarray(g.edges).T
@@ -84,3 +84,11 @@ def test_a_mask_in_between_is_a_share_of_each_run_and_differentiable():
 def test_a_model_whose_inputs_are_not_sums_is_refused(change, line):
     with pytest.raises(ConfigError, match=line):
         edges.graph_of(LanguageModel(dataclasses.replace(BASE, **change), rngs=nnx.Rngs(0)))
+
+
+def test_a_mask_of_another_graph_is_refused():
+    model = _model("heads")
+    g = edges.graph_of(model)
+    others = edges.outputs(model, jnp.asarray(CORRUPTED))
+    with pytest.raises(ConfigError, match="7 senders and 15 receivers"):
+        edges.run(model, g, CLEAN, others, np.zeros((3, 4), np.float32))

@@ -66,6 +66,8 @@ def test_what_cannot_be_compared_is_equal_to_nothing():
     opaque = Opaque()
     assert Keyed(opaque) != Keyed(opaque)                                 # it compiles its own program each call
     assert Keyed(lambda x: x + len([opaque])) != Keyed(lambda x: x + len([opaque]))
+    reads = lambda x: x + len([opaque])                                    # one function reading it: unequal too
+    assert Keyed(reads) != Keyed(reads)
 
 
 def test_libraries_by_identity_cycles_end():

@@ -97,6 +97,17 @@ def test_what_the_cache_cannot_hold_is_refused_in_one_line():
     assert generate(m, prompts(2), 0, temperature=0).shape == (2, 5)
 
 
+def test_a_decoder_keeps_the_caches_shapes_not_a_cache_and_makes_none_for_no_new_token():
+    from attention_jax.generate import Decoder
+    decoder = Decoder(model())
+    assert decoder(prompts(2), 0, temperature=0).shape == (2, 5) and decoder._made == {}
+    first = decoder(prompts(2), 4, temperature=0)
+    (shape, (_, empty, _)), = decoder._made.items()
+    assert shape == (2, 8) and jax.tree.leaves(empty)
+    assert all(isinstance(leaf, jax.ShapeDtypeStruct) for leaf in jax.tree.leaves(empty))
+    np.testing.assert_array_equal(decoder(prompts(2), 4, temperature=0), first)     # the kept twins again
+
+
 def test_decoding_leaves_the_callers_model_as_it_was():
     m = model()
     before, parts = forward(m, jnp.asarray(prompts(2, length=24))), [type(x) for _, x in nnx.iter_modules(m)]

@@ -30,7 +30,7 @@ def test_a_cache_writes_where_it_is_told_and_returns_everything_so_far():
 
 
 def test_a_left_padded_row_takes_its_positions_after_its_padding_and_its_queries_never_see_it():
-    clock = Clock(2, 5, [0, 2])                                      # row 1: two slots of padding
+    clock = Clock(5, [0, 2])                                      # row 1: two slots of padding
     np.testing.assert_array_equal(clock.positions(3), [[0, 1, 2], [-2, -1, 0]])
     np.testing.assert_array_equal(clock.visible(3)[1], [[0, 0, 0, 0, 0], [0, 0, 0, 0, 0], [0, 0, 1, 0, 0]])
     clock.index[...] += 3

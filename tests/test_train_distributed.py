@@ -30,6 +30,16 @@ def test_without_a_coordinator_there_is_nothing_to_join(monkeypatch):
     assert distributed.initialize(None, 2, 1) is False and started == []     # a count alone names no one to join
 
 
+def test_a_process_number_outside_the_count_is_refused_before_any_wait(monkeypatch):
+    from attention_jax.errors import ConfigError
+    waited = []
+    monkeypatch.setattr(distributed, "_wait_for", lambda address, timeout: waited.append(address))
+    monkeypatch.setattr(jax.distributed, "initialize", lambda *a, **kw: waited.append("jax"))
+    with pytest.raises(ConfigError, match=r"process_id=5 is outside 0 \.\. 1 for num_processes=2"):
+        distributed.initialize("127.0.0.1:9", 2, 5, timeout=30)
+    assert waited == []
+
+
 def test_the_coordinator_and_the_counts_are_handed_to_jax_as_given(monkeypatch):
     started, updated = [], []
     monkeypatch.setattr(jax.distributed, "initialize", lambda *a, **kw: started.append((a, kw)))

@@ -224,10 +224,7 @@ class Checkpoints:
                 logged = metrics_file.read_bytes()
                 entry["metrics"] = {"bytes": len(logged), "sha256": hashlib.sha256(logged).hexdigest()}
             self.sums[str(step)] = entry
-            fd, tmp = new_file(self.sums_file.parent, f".{self.sums_file.name}.")
-            with os.fdopen(fd, "w") as f:
-                f.write(json.dumps(self.sums, indent=1))
-            os.replace(tmp, self.sums_file)
+            self._write_sums()
 
     def keep(self, step: int, state, metrics_file: pathlib.Path | None = None) -> None:
         """On an interruption: save `step` unless it is saved, or its save was what got cut (orbax's
@@ -252,6 +249,10 @@ class Checkpoints:
         for step in steps[:-keep]:
             self.manager.delete(step)
         self.sums = {k: v for k, v in self.sums.items() if int(k) in steps[-keep:]}
+        self._write_sums()
+
+    def _write_sums(self) -> None:
+        """The saved steps' digests to their file, whole or not at all (a new file moved over the old)."""
         fd, tmp = new_file(self.sums_file.parent, f".{self.sums_file.name}.")
         with os.fdopen(fd, "w") as f:
             f.write(json.dumps(self.sums, indent=1))

@@ -28,6 +28,9 @@ def initialize(coordinator: str | None = None, num_processes: int | None = None,
     (in Python, so Ctrl-C stops it) and raises `ConfigError` naming the address if it does not."""
     if not auto and not coordinator:
         return False
+    if num_processes is not None and process_id is not None and not 0 <= process_id < num_processes:
+        raise ConfigError(f"process_id={process_id} is outside 0 .. {num_processes - 1} for "
+                          f"num_processes={num_processes}; number the processes from 0")   # before any wait
     jax.config.update("jax_cpu_collectives_implementation", "gloo")   # CPU processes talk over TCP
     if auto:
         jax.distributed.initialize(initialization_timeout=int(timeout))

@@ -104,9 +104,7 @@ class Engine:
                                   + (f", {want} with its step and seed axes" if len(want) > 2 else ""))
             check_ids(a, self.model_config.vocab_size)
         if "weights" in host:
-            w = np.asarray(host["weights"], np.float64)
-            if w.shape != np.shape(host["y"]) or not np.all(np.isfinite(w)) or (w < 0).any():
-                raise DataError("batch['weights'] must be finite, non-negative and shaped like y")
+            w = _loss_weights(host["weights"], np.shape(host["y"]), "batch['weights']", "y")
             if not (w.reshape(-1, *w.shape[-2:]).sum(axis=(-2, -1)) > 0).all():
                 raise DataError("batch['weights'] are all zero: that batch has nothing to learn from")
         return host
@@ -147,11 +145,7 @@ class Engine:
         check_ids(x, self.model_config.vocab_size), check_ids(y, self.model_config.vocab_size)
         b, n = self.train_config.eval_batch, len(x)
         if weights is not None:
-            weights = np.asarray(weights, np.float32)
-            if weights.shape != x.shape or not np.all(np.isfinite(weights)) or (weights < 0).any():
-                raise DataError(f"nll's weights must be finite, non-negative and shaped like x {x.shape}, got shape "
-                                f"{weights.shape}" + ("" if weights.shape != x.shape else " with negative or non-finite "
-                                                      "values"))
+            weights = _loss_weights(weights, x.shape, "nll's weights", "x").astype(np.float32)
         total, count = 0.0, 0.0
         for i, rows in enumerate(in_batches(n, b)):
             w = None if weights is None else self._windows(weights[rows])
@@ -210,6 +204,15 @@ class Engine:
         sharding = NamedSharding(self.mesh, P())
         return jax.tree.map(lambda a: a if getattr(a, "sharding", None) == sharding else jax.device_put(a, sharding),
                             state)
+
+
+def _loss_weights(weights, shape, what: str, like: str) -> np.ndarray:
+    """Loss weights as float64, or one line: they must be finite, non-negative and shaped like the targets."""
+    w = np.asarray(weights, np.float64)
+    if w.shape != tuple(shape) or not np.all(np.isfinite(w)) or (w < 0).any():
+        raise DataError(f"{what} must be finite, non-negative and shaped like {like} {tuple(shape)}, got shape "
+                        f"{w.shape}" + ("" if w.shape != tuple(shape) else " with negative or non-finite values"))
+    return w
 
 
 def _live(state) -> None:

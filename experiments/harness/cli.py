@@ -52,16 +52,10 @@ def durations(name: str) -> str:
     2 cores"), or "" where a checkout's docs/results are not there (an installed package)."""
     try:
         from experiments import pages
-        said = []
-        smoke = pages.smoke_times()
-        if name in smoke:
-            said.append(f"smoke {pages._minutes(smoke[name])}")
-        if (pages.DOCS / name / "results.json").is_file():
-            wall, cached = pages.cost(pages.load(name))
-            if wall:
-                said.append(f"cpu {pages._minutes(wall + cached)} on 2 cores")
+        smoke, cpu = pages.took(name)
     except (OSError, ValueError, KeyError, ImportError):
         return ""
+    said = ([f"smoke {smoke}"] if smoke else []) + ([f"cpu {cpu} on 2 cores"] if cpu else [])
     return f"; committed runs: {', '.join(said)}" if said else ""
 
 
@@ -259,12 +253,11 @@ def join_processes(args) -> None:
                                                          else None)
         pid = getattr(args, "process_id", None)
         pid = int(env("JAX_PROCESS_ID")) if pid is None and env("JAX_PROCESS_ID") else pid
-        if count is not None and pid is not None and not 0 <= pid < count:   # before waiting for a coordinator
-            raise ConfigError(f"--process-id {pid} is outside 0 .. {count - 1} for --num-processes {count}; number the "
-                              "processes from 0")
         initialize(coordinator, count, pid, auto=auto, timeout=getattr(args, "connect_timeout", None) or 60.0)
     except ConfigError as e:
-        if "--process-id" not in str(e):
+        if "process_id=" in str(e):      # the processes' numbers, in the command line's words
+            e.args = (str(e).replace("process_id=", "--process-id ").replace("num_processes=", "--num-processes "),)
+        else:                            # the coordinator did not answer, or its address is not HOST:PORT
             e.args = (f"{e} (--coordinator)",)
         raise
     except (RuntimeError, ValueError) as e:

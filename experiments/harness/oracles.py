@@ -6,8 +6,7 @@ claims that need it are reported as not checked (`report.unchecked`), never as p
 """
 from __future__ import annotations
 
-import importlib.util
-import sys
+from experiments.harness.platform import _module_found
 
 NAMES = {"torch": "PyTorch", "transformers": "Hugging Face transformers", "transformer_lens": "TransformerLens"}
 INSTALL = "pip install -e '.[test]' --extra-index-url https://download.pytorch.org/whl/cpu"
@@ -15,16 +14,9 @@ NOT_MEASURED = "not measured"
 
 
 def missing(*packages: str) -> list[str]:
-    """Those of `packages` that cannot be imported here: not installed, or hidden (sys.modules[name] None)."""
-    gone = []
-    for name in packages:
-        try:
-            found = sys.modules[name] is not None if name in sys.modules else importlib.util.find_spec(name) is not None
-        except (ImportError, ValueError):
-            found = False
-        if not found:
-            gone.append(name)
-    return gone
+    """Those of `packages` that cannot be imported here: not installed, or hidden (sys.modules[name] None,
+    which `find_spec` reads as not found)."""
+    return [name for name in packages if not _module_found(name)]
 
 
 def absent(packages) -> str:

@@ -30,12 +30,25 @@ def safe(text) -> str:
     The site's Markdown (mkdocs.yml) has no extension that reads attributes or bare addresses."""
     if isinstance(text, Markdown):
         return text
-    return re.sub(r"[\r\n\u2028\u2029]+", " ", str(text)).replace("<", "&lt;").replace("](", "]\\(")
+    return escape(re.sub(r"[\r\n\u2028\u2029]+", " ", str(text)))
+
+
+# What `safe` rewrites so that Markdown runs none of it: `<` (a tag, an autolink) and `](` (a link, an image).
+_ESCAPES = (("<", "&lt;"), ("](", "]\\("))
+
+
+def escape(markdown: str) -> str:
+    """Markdown (a table, its lines kept) with what could run written as text: see `safe`."""
+    for raw, written in _ESCAPES:
+        markdown = markdown.replace(raw, written)
+    return markdown
 
 
 def plain(markdown: str) -> str:
     """A table `format_table` made safe, as a terminal shows it: what `safe` escaped, back as it was."""
-    return markdown.replace("&lt;", "<").replace("]\\(", "](")
+    for raw, written in _ESCAPES:
+        markdown = markdown.replace(written, raw)
+    return markdown
 
 
 def _cell(value: Any, fmt: str) -> str:
