@@ -114,8 +114,36 @@ def pytest_collection_finish(session):
 def pytest_runtest_protocol(item, nextitem):
     yield
     if nextitem is None or nextitem.path != item.path:     # the file's fixtures are torn down by now
+        if memory_maps() > MAPS_KEPT:
+            import jax
+            jax.clear_caches()
         gc.collect()
         gc.freeze()
+
+
+# XLA maps each program it compiles for the CPU into the process (about three memory maps a
+# program) and JAX keeps every program it compiled. A worker of a cold whole-suite run compiles
+# some 20,000, past the kernel's limit on maps (vm.max_map_count, 65,530 by default): the next map
+# fails and XLA crashes the worker (a segfault while serializing a program, seen in CI). So between
+# files a worker past a third of the limit drops JAX's compiled programs; the persistent
+# compilation cache gives them back without compiling.
+def _max_map_count() -> int:
+    try:
+        return int(pathlib.Path("/proc/sys/vm/max_map_count").read_text())
+    except (OSError, ValueError):
+        return 65530
+
+
+MAPS_KEPT = _max_map_count() // 3
+
+
+def memory_maps() -> int:
+    """This process's memory maps (0 where /proc is not there: macOS, Windows)."""
+    try:
+        with open("/proc/self/maps", "rb") as f:
+            return sum(1 for _ in f)
+    except OSError:
+        return 0
 
 
 @pytest.fixture(scope="session", autouse=True)
