@@ -82,12 +82,12 @@ def _patched(graphdef, state, tokens, others, masks, *, graph, metric):
     return jax.vmap(lambda m: metric(E.run(model, graph, tokens, others, m)))(masks)
 
 
-@functools.partial(jax.jit, static_argnames=("graphdef", "graph", "metric"))
-def _one_edge(graphdef, state, tokens, others, pairs, *, graph, metric):
-    """The metric with each single edge of `pairs` [N, 2] patched, side by side."""
-    model, shape = nnx.merge(graphdef, state), (len(graph.senders), len(graph.receivers))
-    one = lambda p: metric(E.run(model, graph, tokens, others, jnp.zeros(shape).at[p[0], p[1]].set(1.0)))
-    return jax.vmap(one)(pairs)
+@functools.partial(jax.jit, static_argnames=("graphdef", "graph", "metric", "start"))
+def _one_edge(graphdef, state, tokens, others, mine, pairs, *, graph, metric, start):
+    """The metric with each single edge of `pairs` [N, 2] patched, side by side; each edge goes into block
+    `start` (n_layers: the logits), so the run begins there."""
+    model = nnx.merge(graphdef, state)
+    return jax.vmap(lambda p: metric(E.run_edge(model, graph, tokens, others, p, start=start, mine=mine)))(pairs)
 
 
 def _side_by_side(model, shape) -> int:
@@ -100,9 +100,15 @@ def edge_patch(model, clean, corrupted, metric, *, batch_size: int | None = None
     output taken from the corrupted run, minus the clean metric. `batch_size`: patched forwards side by
     side (default: as many as fit in `patching.MEMORY`)."""
     at = _setup(model, clean, corrupted, metric)
-    run = lambda pairs: _one_edge(at.graphdef, at.state, at.tokens, at.others, jnp.asarray(pairs), graph=at.graph,
-                                  metric=at.metric)
-    values = in_batches(run, np.asarray(at.graph.edges, np.int32), batch_size, _side_by_side(model, at.tokens.shape))
+    g, n = at.graph, model.config.n_layers
+    mine = _outputs(at.graphdef, at.state, at.tokens)
+    pairs = np.asarray(g.edges, np.int32)
+    into = np.array([E._block_of(g.receivers[r], n) for r in pairs[:, 1]])
+    values = np.zeros(len(pairs))
+    for start in np.unique(into):       # an edge changes nothing before its receiver's block: begin there
+        run = lambda p, start=int(start): _one_edge(at.graphdef, at.state, at.tokens, at.others, mine, jnp.asarray(p),
+                                                    graph=g, metric=at.metric, start=start)
+        values[into == start] = in_batches(run, pairs[into == start], batch_size, _side_by_side(model, at.tokens.shape))
     base = float(at.under(at.graph.mask([])[None])[0])
     return EdgeScores(at.graph, np.asarray(values, np.float64) - base, "exact", base)
 

@@ -105,8 +105,19 @@ def _heads(block, ln, x, cfg):
     z = mixer._attend(q, k, v)                                             # [B, H, T, d]
     if w["o"] is None:                                                    # one head: its output is the stream's width
         return z.swapaxes(0, 1), 0.0
-    bias = mixer.out.bias
-    return jnp.einsum("BHTd,HdD->HBTD", z, w["o"]), 0.0 if bias is None else bias[...]
+    return jnp.einsum("BHTd,HdD->HBTD", z, w["o"]), _out_bias(block)
+
+
+def _out_bias(block):
+    """The bias a block's output projection adds to the stream (no edge carries it), or 0."""
+    if block.mixer.head_weights()["o"] is None:
+        return 0.0
+    return 0.0 if block.mixer.out.bias is None else block.mixer.out.bias[...]
+
+
+def _block_of(name: str, n_layers: int) -> int:
+    """The block a sender or receiver belongs to: -1 for the embedding, n_layers for the logits."""
+    return -1 if name == "embed" else n_layers if name == "logits" else int(name.split(".")[0])
 
 
 def run(model, graph: Graph, tokens, others, mask):
@@ -124,18 +135,39 @@ def outputs(model, tokens):
     return _forward(model, tokens, None, None)[1]
 
 
-def _forward(model, tokens, others, mask):
-    """(logits, every sender's output); `mask` None: no edge patched."""
+def run_edge(model, graph: Graph, tokens, others, edge, *, start: int = 0, mine=None):
+    """`run` with the one edge (sender, receiver) = `edge` (an int pair, traced or not) patched: the same
+    logits, the other run's term added to that one receiver alone, not a mask summed over every sender.
+    `start`: an edge into block `start` or later (the logits: `n_layers`) changes nothing before that
+    block, so the run begins there from `mine`, every sender's output on `tokens` (`outputs`)."""
+    return _forward(model, tokens, others, None, edge, (start, graph, mine) if start else None)[0]
+
+
+def _forward(model, tokens, others, mask, edge=None, begin=None):
+    """(logits, every sender's output); `mask` and `edge` None: no edge patched. `begin`: (block, graph,
+    this run's sender outputs) to start at that block."""
     cfg, ln = model.config, (lambda norm: (lambda x: x) if norm is None else norm)
-    outs, bias, r = [model.embed(tokens)], 0.0, 0
+    start = 0 if begin is None else begin[0]
+    if begin is None:
+        outs, bias, r = [model.embed(tokens)], 0.0, 0
+    else:
+        graph, mine = begin[1], begin[2]
+        before = lambda names: sum(1 for n in names if _block_of(n, cfg.n_layers) < start)
+        outs, r = list(mine[:before(graph.senders)]), before(graph.receivers)
+        bias = sum((_out_bias(b) for b in model.blocks[:start] if b.mixer is not None and cfg.heads_used), 0.0)
 
     def inputs(n):                       # the next n receivers' inputs [n, B, T, D]
         here = jnp.stack(outs)
         stream = here.sum(0) + bias
+        if edge is not None:             # its sender is written before its receiver reads, or it is elsewhere
+            s, at = jnp.minimum(edge[0], len(outs) - 1), edge[1] - r
+            hit = (edge[0] < len(outs)) & (at >= 0) & (at < n)
+            delta = jnp.where(hit, others[s] - here[s], 0.0)
+            return stream[None] + jnp.where((jnp.arange(n) == at)[:, None, None, None], delta[None], 0.0)
         if mask is None:
             return jnp.broadcast_to(stream, (n, *stream.shape))
         return stream[None] + jnp.einsum("sr,sBTD->rBTD", mask[:len(outs), r:r + n], others[:len(outs)] - here)
-    for block in model.blocks:
+    for block in list(model.blocks)[start:]:
         if block.mixer is not None and cfg.heads_used:
             heads, b = _heads(block, ln(block.ln1), inputs(3 * cfg.heads_used), cfg)
             r, bias = r + 3 * cfg.heads_used, bias + b

@@ -92,3 +92,18 @@ def test_a_mask_of_another_graph_is_refused():
     others = edges.outputs(model, jnp.asarray(CORRUPTED))
     with pytest.raises(ConfigError, match="7 senders and 15 receivers"):
         edges.run(model, g, CLEAN, others, np.zeros((3, 4), np.float32))
+
+
+@pytest.mark.parametrize("name", CONFIGS)
+def test_one_edge_patched_alone_equals_its_mask_from_the_first_block_or_its_own(name):
+    model = _model(name)
+    g = edges.graph_of(model)
+    others, mine = (edges.outputs(model, jnp.asarray(t)) for t in (CORRUPTED, CLEAN))
+    scale = float(jnp.std(model(CLEAN)))
+    for e in (0, len(g.edges) // 2, len(g.edges) - 1):      # into block 0, a middle receiver, the logits
+        s, r = g.edges[e]
+        want = edges.run(model, g, CLEAN, others, g.mask([e]))
+        start = edges._block_of(g.receivers[r], model.config.n_layers)
+        for begin in {0, start}:
+            got = edges.run_edge(model, g, CLEAN, others, jnp.asarray([s, r]), start=begin, mine=mine)
+            np.testing.assert_allclose(got, want, atol=2e-5 * scale, err_msg=f"{g.names()[e]}, from block {begin}")
