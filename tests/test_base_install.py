@@ -25,7 +25,7 @@ class Hidden(importlib.abc.MetaPathFinder):      # as if the test extra were not
 sys.meta_path.insert(0, Hidden())
 """
 LEFT_OUT = {"parity": "every comparison with PyTorch", "throughput": "PyTorch's step",
-            "generation": "transformers' generate", "patching": "TransformerLens' loop"}
+            "generation": "transformers' generate", "patching": "TransformerLens' loops"}
 
 
 @pytest.mark.slow

@@ -15,11 +15,11 @@ def test_the_smoke_run_trains_both_models_and_reports_every_claim_per_seed(tmp_p
     folder = tmp_path / "induction"
     results = json.loads((folder / "results.json").read_text())
     assert [r["name"] for r in results["rows"]] == ["one_layer", "two_layers"]
-    assert len(results["claims"]) == 7 and all(c["seeds"]["of"] == 2 for c in results["claims"])
+    assert len(results["claims"]) == 10 and all(c["seeds"]["of"] == 2 for c in results["claims"])
     assert all(not c["decided"] for c in results["claims"])
     two = results["rows"][1]
     assert np.asarray(two["final"]["prefix"]).shape == (2, 8) and len(two["history"]) == 2
-    assert len(results["per_seed"]) == 2 and {"k_top", "removed_by_induction"} <= set(results["per_seed"][0])
+    assert len(results["per_seed"]) == 2 and {"k_top", "removed_by_induction", "circuit"} <= set(results["per_seed"][0])
     assert (folder / "induction.png").exists() and (folder / "induction.html").exists()
 
 
@@ -33,7 +33,20 @@ def test_the_half_way_step_is_where_a_figure_has_moved_half_its_way():
 
 def test_the_claims_fail_where_their_figures_do():
     good = dict(one_layer_max_prefix=0.02, induction_prefix=0.7, window_gap=1.0, rise_step=2000, fall_step=2100,
-                removed_by_induction=0.8, removed_by_previous=0.9, k_pair_is_circuit=1.0, k_over_baseline=0.1)
+                removed_by_induction=0.8, removed_by_previous=0.9, k_pair_is_circuit=1.0, k_over_baseline=0.1,
+                found_circuit=1.0, has_induction_heads=1.0, has_k_edge=1.0)
     assert all(c["passed"] for c in induction.claims({"all": good}))
-    bad = dict(good, one_layer_max_prefix=0.3, window_gap=3.0, k_pair_is_circuit=0.0)
-    assert [c["passed"] for c in induction.claims({"all": bad})] == [False, True, False, True, True, False, True]
+    bad = dict(good, one_layer_max_prefix=0.3, window_gap=3.0, k_pair_is_circuit=0.0, has_k_edge=0.5)
+    assert [c["passed"] for c in induction.claims({"all": bad})] == [False, True, False, True, True, False, True,
+                                                                      True, True, False]
+
+
+def test_the_corrupted_text_changes_every_token_of_the_first_copy_and_nothing_else():
+    from attention_jax.data.repeats import repeated_segments
+    ev = repeated_segments(0, 0, batch=6, length=32, vocab=11, shortest=3, longest=8)
+    x = induction.corrupted(ev, 11)
+    first = np.zeros_like(x, bool)
+    for row, (f, s) in enumerate(zip(ev["first"], ev["span"])):
+        first[row, f:f + s] = True
+    assert (x[first] != ev["x"][first]).all() and (x[~first] == ev["x"][~first]).all()
+    assert x.min() >= 0 and x.max() < 11
