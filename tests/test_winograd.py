@@ -75,6 +75,11 @@ def test_smoke_writes_rows_columns_claims_and_pngs(runs):
         assert first[causal["seed0"]["slots"][changed]] == pytest.approx(1.0, abs=1e-4)
         assert np.abs(np.delete(first, causal["seed0"]["slots"][changed])).max() < 1e-4
     assert len(causal["seed0"]["read"]["heads"]) == 4 and len(causal["keep_referent_seeds"]) == 1
+    found = run["results"]["found"]           # the circuit edge patching finds, per test
+    assert set(found) == {"keep", "fetch", "read"} and "The circuit edge patching finds, per test" in table
+    for test, c in found.items():
+        assert len(c["k"]) == len(c["faithfulness"]) == 1 and c["seed0"]["edges"] and c["seed0"]["words"] in table
+        assert c["seed0"]["k"] is None or c["faithfulness"][0] >= 0.8
     for png in ("accuracy.png", "attention_pair.png", "block2_adjectives.png"):
         assert (folder / png).read_bytes()[:8] == PNG
     assert sorted(run["results"]["figures"]) == ["accuracy.png", "attention_pair.png", "block2_adjectives.png"]
@@ -264,6 +269,17 @@ def test_each_causal_test_changes_one_word_and_asks_for_the_right_nouns():
         np.testing.assert_array_equal(answer, clean[:, slot[noun]])
         bad = corrupted[:, slot[changed]] if test != "read" else clean[:, slot["y"]]
         np.testing.assert_array_equal(wrong, bad)
+
+
+def test_a_circuit_is_said_in_words_receiver_by_receiver():
+    from experiments.winograd import causal
+    looks = {"1.h2": ("the adjective (11)", 0.81)}
+    words = causal.describe(["embed->1.h2.v", "0.h1->1.h2.k", "1.h2->logits", "0.ffn->logits", "embed->1.ffn"], looks)
+    assert words == ("block 2 head 2 (looking at the adjective (11), 0.81) takes its value from the words themselves; "
+                     "block 2 head 2 (looking at the adjective (11), 0.81) takes its key from block 1 head 1; "
+                     "the answer is written by block 2 head 2 (looking at the adjective (11), 0.81), block 1's FFN; "
+                     "block 2's FFN reads the words themselves")
+    assert causal.describe([], {}) == "no edge"
 
 
 def test_causal_claims_on_hand_made_figures():

@@ -227,15 +227,18 @@ class Checkpoints:
             self._write_sums()
 
     def keep(self, step: int, state, metrics_file: pathlib.Path | None = None) -> None:
-        """On an interruption: save `step` unless it is saved, or its save was what got cut (orbax's
-        writer threads still fill that step's temporary folder; saving it again would pull the folder
-        from under them). Anything failing here is let go: the last finished step stands."""
+        """On an interruption: save `step` unless it is saved, its save was what got cut (orbax's writer
+        threads still fill that step's temporary folder; saving it again would pull the folder from under
+        them), or the step cut short had already taken the state's buffers (donated to it). A full disk
+        is said in one line: the last finished step stands."""
         if self.cut is not None or self.manager.latest_step() == step:
+            return
+        if any(isinstance(a, jax.Array) and a.is_deleted() for a in jax.tree.leaves(state)):
             return
         try:
             self.save(step, state, metrics_file)
-        except Exception:
-            pass                                     # the interrupted step may hold donated buffers
+        except CheckpointError as e:
+            note(str(e))
 
     def latest_step(self) -> int | None:
         return self.manager.latest_step()

@@ -212,16 +212,22 @@ class _Run:
                         raise Preempted(self.done)
                 bar.update(n)
         except KeyboardInterrupt:
-            if ckpt and self.done > self.start:
-                try:
-                    self.flush()
-                except Exception:
-                    pass
-                else:
-                    ckpt.keep(self.done, self.state, self.metrics_file)   # keep what this run has finished
+            self.keep_finished()
             raise
         if self.stop is not None and self.stop.is_set():
             raise KeyboardInterrupt
+
+    def keep_finished(self) -> None:
+        """On Ctrl-C: the steps this run finished, logged and saved, unless a loss among them is not finite
+        (that state is not kept: the run resumes from the last checkpoint before it)."""
+        if not self.ckpt or self.done <= self.start:
+            return
+        try:
+            self.flush()
+        except TrainingDiverged as e:
+            note(f"step {self.done} is not saved: {e}")
+            return
+        self.ckpt.keep(self.done, self.state, self.metrics_file)
 
     def finish(self, seconds: float, per_call: int) -> RunResult:
         """The finished state saved first (its loss is finite: an interrupted evaluation redoes only

@@ -82,6 +82,90 @@ def claims(c: dict) -> list:
     ]
 
 
+FAITHFUL = 0.8      # a circuit found: the fewest top edges (at most MOST_EDGES) recovering this share of the gap
+MOST_EDGES = 30
+ROLE = {"q": "query", "k": "key", "v": "value"}
+KINDS = ("keep", "fetch", "read")
+
+
+def found(model, task, kind: str = "keep") -> dict:
+    """What carries one test's answer, found rather than assumed: every edge of the model patched alone
+    (`discovery.edge_patch`) from the corrupted sentences, the fewest top edges whose circuit alone recovers
+    FAITHFUL of the answer, and that circuit in words: each head in it, which of its inputs the circuit
+    feeds, and where it looks from the referent (mean attention over the sentences)."""
+    import jax.numpy as jnp
+    from attention_jax.discovery import circuit, edge_patch, faithfulness
+    from attention_jax.inspect import run_with_cache
+    from attention_jax.patching import normalized_logit_diff
+    clean, corrupted, answer, wrong = sentences(task, kind)
+    pos = task.heldout.position
+    metric = normalized_logit_diff(model, clean, corrupted, answer, wrong, position=pos)
+    exact = edge_patch(model, clean, corrupted, metric)
+    ks = list(range(1, min(MOST_EDGES, len(exact.graph.edges)) + 1))
+    curve = faithfulness(model, clean, corrupted, metric, exact, ks)
+    k = next((k for k, f in zip(ks, curve) if f >= FAITHFUL), None)
+    edges = circuit(exact, k=k or ks[-1])
+    _, cache = run_with_cache(model, jnp.asarray(clean), "blocks.*.mixer.attention.weights")
+    slots = {"{x}": "the first noun", "{y}": "the second noun", "{adj}": "the adjective"}
+    words = [f"{slots.get(w, repr(w))} ({i})" for i, w in enumerate(task.spec.template.split(" ")[:pos + 1])]
+    looks = {}
+    ends = [n for e in edges for n in e.split("->")]
+    for name in dict.fromkeys(n.rsplit(".", 1)[0] if n.count(".") == 2 else n for n in ends if ".h" in n):
+        block, head = name.split(".h")
+        w = np.asarray(cache[f"blocks.{block}.mixer.attention.weights"], np.float64)[:, int(head), pos, :pos + 1]
+        looks[name] = (words[int(np.argmax(w.mean(0)))], float(w.mean(0).max()))
+    return {"k": k, "faithfulness": float(curve[(k or ks[-1]) - 1]), "edges": edges, "words": describe(edges, looks),
+            "kind": kind}
+
+
+def describe(edges: list[str], looks: dict) -> str:
+    """A circuit in words: per receiver, what feeds it; where each head in it looks from the referent."""
+    def node(n):
+        if n == "embed":
+            return "the words themselves"
+        block, part = n.split(".")
+        if part.startswith("h"):
+            at = f" (looking at {looks[n][0]}, {looks[n][1]:.2f})" if n in looks else ""
+            return f"block {int(block) + 1} head {part[1:]}{at}"
+        return f"block {int(block) + 1}'s {'FFN' if part == 'ffn' else part}"
+    into = {}
+    for e in edges:
+        sender, receiver = e.split("->")
+        into.setdefault(receiver, []).append(node(sender))
+    said = []
+    for receiver, senders in into.items():
+        if receiver == "logits":
+            said.append(f"the answer is written by {', '.join(senders)}")
+        elif receiver.count(".") == 2:              # a head's query, key or value
+            head, role = receiver.rsplit(".", 1)
+            said.append(f"{node(head)} takes its {ROLE[role]} from {', '.join(senders)}")
+        else:
+            said.append(f"{node(receiver)} reads {', '.join(senders)}")
+    return "; ".join(said) or "no edge"
+
+
+def found_per_test(models, tasks) -> dict:
+    """Per test, the circuit found in each seed's model: seed 0's whole, and every seed's size and faithfulness."""
+    out = {}
+    for kind in KINDS:
+        per = [found(m, t, kind) for m, t in zip(models, tasks)]
+        out[kind] = {"seed0": per[0], "k": [d["k"] for d in per], "faithfulness": [d["faithfulness"] for d in per]}
+    return out
+
+
+def found_table(circuits: dict, pools: list | None = None) -> str:
+    """A row per test (per pool, given `pools`: [(pool, circuits)]): the circuit's size per seed, its least
+    faithfulness, and seed 0's circuit in words."""
+    from experiments.harness import report
+    rows = [{"pool": pool, "test": kind, "k": ", ".join(str(k) if k else f">{MOST_EDGES}" for k in c["k"]),
+             "faithful": min(c["faithfulness"]), "words": c["seed0"]["words"]}
+            for pool, per in (pools or [(None, circuits)]) for kind, c in per.items()]
+    columns = ([("pool", "pool", "")] if pools else []) + [
+        ("test", "test", ""), ("k", "edges kept, per seed", ""), ("faithful", "least faithfulness", ".2f"),
+        ("words", "seed 0's circuit, in words", "")]
+    return report.format_table(columns, rows)
+
+
 def worst(per_seed: list[dict]) -> dict:
     """Across seeds, each claim's figure at its worst seed (a claim is about every model), with every seed's."""
     low = ("keep_referent", "keep_first", "fetch_second", "read_adjective", "read_best_head")

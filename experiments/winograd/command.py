@@ -103,6 +103,7 @@ def train_pool(ctx, table, spec) -> dict:
         demos = [attention_demo(m, splits["clean"](s)) for m, s in zip(models, seeds)]
         patched = [causal.causal_demo(m, splits["clean"](s)) for m, s in zip(models, seeds)]
         check["causal"] = {**causal.worst(patched), "seed0": patched[0]}
+        check["found"] = causal.found_per_test(models, [splits["clean"](s) for s in seeds])
         per_seed = {k: [d[k] for d in demos] for k in ("block1_pair_diff", "block1_all_adjectives_diff",
                                                        "block1_heldout_diff", "block1_adjective_weight", "block2_shift",
                                                        "block2_pick_margin")}
@@ -169,6 +170,9 @@ def run(ctx) -> Result:
         extra["causal"] = pool["check"]["causal"]
         tables[f"Patching entering block 2 (seed 0, {causal.PAIRS} held-out pairs): the share of the clean answer "
                "each slot brings back, per test (1: all of it, 0: none)"] = causal.table(pool["check"]["causal"]["seed0"])
+        extra["found"] = pool["check"]["found"]
+        tables[f"The circuit edge patching finds, per test (the fewest top edges, at most {causal.MOST_EDGES}, "
+               f"recovering {causal.FAITHFUL:.0%} of the answer alone)"] = causal.found_table(pool["check"]["found"])
         print(f"  block 1 at the referent, {a} vs {b}: max difference "
               + ", ".join(f"{v:.3g}" for v in attention["block1_pair_diff_seeds"])
               + f" (per seed); block 2 moves {demo['block2_shift']:.2f} of its weight", flush=True)
@@ -185,7 +189,8 @@ def run(ctx) -> Result:
                           "attention": {k_: v for k_, v in check_k.get("attention", {}).items()
                                         if k_.startswith("block") and not k_.endswith("_seeds")},
                           "causal": {k_: v for k_, v in check_k.get("causal", {}).items()
-                                     if isinstance(v, float)}})
+                                     if isinstance(v, float)},
+                          "found": check_k.get("found", {})})
         extra["pools"] = found
         tables[f"Each claim on {args.pools} word pools (0: the book's), {len(seeds)} seed(s) each"] = \
             pools_table(found)
@@ -194,6 +199,9 @@ def run(ctx) -> Result:
         if all(p["causal"] for p in found):
             tables["Patching entering block 2, per word pool (worst seed): the share of the clean answer one slot "
                    "brings back"] = pools_causal_table(found)
+        if all(p["found"] for p in found):
+            tables["The circuit edge patching finds, per word pool and test"] = \
+                causal.found_table({}, [(p["pool"], p["found"]) for p in found])
     if tc.eval_every and any(len(r["history"]) > 1 for r in records):
         from experiments.plots import curves
         figures["curves.png"] = curves(records, ("accuracy", "train_accuracy"),
