@@ -4,6 +4,7 @@
     exact = edge_patch(model, clean, corrupted, metric)       # the metric with each edge patched
     eap = edge_attribution(model, clean, corrupted, metric)   # estimated: one forward, one backward
     kept = circuit(exact, k=20)                               # the top 20 edges that reach the logits
+    greedy = acdc(model, clean, corrupted, metric, threshold=0.01)   # ACDC: patch away what changes little
     faithfulness(model, clean, corrupted, metric, exact, ks=[5, 10, 20])   # the circuit alone
 
 The clean text runs, and a patched edge carries its sender's output from the corrupted run
@@ -151,7 +152,11 @@ def circuit(scores: EdgeScores, *, k: int | None = None, threshold: float | None
     size = np.abs(scores.effect)
     order = np.argsort(-size, kind="stable")
     chosen = order[:k] if k is not None else order[size[order] >= threshold]
-    g = scores.graph
+    return _reaching(scores.graph, chosen)
+
+
+def _reaching(g: E.Graph, chosen) -> list[str]:
+    """The edges of `chosen` (indices, in their order) on a path of chosen edges to the logits, by name."""
     node = [r[:-2] if r[-2:] in (".q", ".k", ".v") else r for r in g.receivers]   # a receiver's own node
     live, kept = {"logits"}, set()
     for e in sorted(chosen, key=lambda e: -g.edges[e][0]):     # later senders first: their liveness is known
@@ -161,6 +166,28 @@ def circuit(scores: EdgeScores, *, k: int | None = None, threshold: float | None
             live.add(g.senders[s])
     names = g.names()
     return [names[e] for e in chosen if int(e) in kept]
+
+
+def acdc(model, clean, corrupted, metric, *, threshold: float) -> list[str]:
+    """ACDC's greedy pruning (Conmy et al. 2023), with the task's metric: from the whole model, each edge in
+    turn (receivers from the logits back, each one's senders latest first) is patched for good when that
+    moves the metric by less than `threshold` from the circuit left so far. The edges never patched, less
+    those off every path to the logits, by name. One patched forward an edge, one after another (each
+    decision depends on the ones before), every one the same compiled program."""
+    if isinstance(threshold, bool) or not isinstance(threshold, (int, float, np.floating)) or not threshold >= 0:
+        raise ConfigError(f"threshold={threshold!r} must be a number >= 0 (the largest change of the metric an "
+                          "edge may make and still be patched away)")
+    at = _setup(model, clean, corrupted, metric)
+    g = at.graph
+    patched = g.mask([])
+    current = float(at.under(patched[None])[0])
+    for e in sorted(range(len(g.edges)), key=lambda e: (-g.edges[e][1], -g.edges[e][0])):
+        trial = patched.copy()
+        trial[g.edges[e]] = 1.0
+        value = float(at.under(trial[None])[0])
+        if abs(value - current) < threshold:
+            patched, current = trial, value
+    return _reaching(g, [e for e, (s, r) in enumerate(g.edges) if patched[s, r] == 0])
 
 
 def faithfulness(model, clean, corrupted, metric, scores: EdgeScores, ks) -> np.ndarray:

@@ -45,6 +45,7 @@ EDGES = "every edge alone"     # the edge sweep's name in the table
 GOAL = 10          # the issues': a sweep at least 10x TransformerLens' loop (the tests' parity model; edges: every size)
 AGREE = 1e-3       # float32 rounding through a normalised metric
 KS = (1, 2, 5, 10, 20, 50, 100, 200, 500, 1000)     # circuit sizes of the faithfulness curves (those <= the edges)
+ACDC = 0.02        # ACDC's threshold: an edge moving the normalised metric by less is patched away (not tuned)
 ANSWER, WRONG = 5, 6                                 # the metric: logit(5) - logit(6) at the last position, normalised
 
 ORACLES = ("torch", "transformers", "transformer_lens")
@@ -151,10 +152,11 @@ def _ranks(a: np.ndarray) -> np.ndarray:
     return (np.bincount(tie, ranks) / count)[tie]
 
 
-def estimates(name: str, ours, steps: int) -> tuple[list[dict], list[dict]]:
+def estimates(name: str, ours, steps: int) -> tuple[list[dict], list[dict], list[dict]]:
     """EAP and EAP-IG against exact edge patching on one model (Pearson, Spearman, the three edges each misses
-    most), and the faithfulness of each score's circuits: (agreement rows, faithfulness rows)."""
-    from attention_jax.discovery import circuit, edge_attribution, edge_patch, faithfulness
+    most), the faithfulness of each score's circuits, and ACDC's greedy circuit against the scores' circuits of
+    its size: (agreement rows, faithfulness rows, ACDC rows)."""
+    from attention_jax.discovery import acdc, circuit, edge_attribution, edge_patch, faithfulness, patch_paths
     from attention_jax.patching import normalized_logit_diff
     clean, corrupted = _texts(MODELS[name])
     metric = normalized_logit_diff(ours, clean, corrupted, ANSWER, WRONG)
@@ -177,7 +179,17 @@ def estimates(name: str, ours, steps: int) -> tuple[list[dict], list[dict]]:
         curve = faithfulness(ours, clean, corrupted, metric, scores, ks)
         faithful += [dict(kind="faithfulness", model=name, method=method, k=k, kept=len(circuit(scores, k=k)),
                           faithfulness=float(f)) for k, f in zip(ks, curve)]
-    return agree, faithful
+    seconds, greedy = _timed(lambda: acdc(ours, clean, corrupted, metric, threshold=ACDC))
+
+    def alone(kept):        # the circuit's share of the gap, every other edge patched
+        m = patch_paths(ours, clean, corrupted, metric, [], names, [n for n in names if n not in set(kept)])
+        return float((m[2] - m[1]) / (m[0] - m[1]))
+    same = {method: circuit(scored[method][1], k=len(greedy)) for method in scored}
+    acdc_row = dict(kind="acdc", model=name, threshold=ACDC, edges=len(greedy), s=seconds, faithfulness=alone(greedy),
+                    **{f"{m}_faithfulness": alone(c) for m, c in same.items()},
+                    **{f"{m}_overlap": len(set(greedy) & set(c)) / max(1, len(set(greedy) | set(c)))
+                       for m, c in same.items()})
+    return agree, faithful, [acdc_row]
 
 
 def claims(rows: list[dict], gone: list[str] = ()) -> list[dict]:
@@ -225,11 +237,14 @@ def run(ctx) -> Result:
                   f"TransformerLens {r['tl_ms']:8.1f} ms  x{r['ratio']:.1f}  |diff| {r['diff']:.1e}")
             print(f"  {r['model']:<5} {r['sweep']:<22} {r['patches']:>5} patches  ours {r['ours_ms']:8.1f} ms "
                   f"(first {r['first_s']:.2f} s)  {tl}", flush=True)
-        agree, faithful = estimates(name, ours, p["steps"])
-        rows += agree + faithful
+        agree, faithful, greedy = estimates(name, ours, p["steps"])
+        rows += agree + faithful + greedy
         for r in agree:
             print(f"  {r['model']:<5} {r['method']:<22} against exact: Pearson {r['pearson']:.3f}, "
                   f"Spearman {r['spearman']:.3f}", flush=True)
+        for r in greedy:
+            print(f"  {r['model']:<5} ACDC (threshold {r['threshold']:g}) keeps {r['edges']} edges in {r['s']:.1f} s, "
+                  f"faithfulness {r['faithfulness']:.2f}", flush=True)
     columns = [("model", "model", ""), ("params", "params", ",d"), ("sweep", "sweep", ""), ("patches", "patches", "d"),
                ("ours_ms", "ours ms (median)", ".1f"), ("first_s", "ours, first call s", ".2f"),
                ("tl_ms", "TransformerLens ms (median)", ".0f"), ("ratio", "TransformerLens / ours", ".1f"),
@@ -244,11 +259,18 @@ def run(ctx) -> Result:
             for m, method in dict.fromkeys((r["model"], r["method"]) for r in faithful)]
     curve_columns = [("model", "model", ""), ("method", "circuit by", "")] + \
         [(f"k{k}", f"k={k}", ".2f") for k in KS if any(f"k{k}" in r for r in by_k)]
+    methods = [m for m in dict.fromkeys(r["method"] for r in faithful)]
+    acdc_columns = [("model", "model", ""), ("edges", "ACDC's edges", "d"), ("s", "ACDC s", ".2f"),
+                    ("faithfulness", "its faithfulness", ".2f")] + \
+        [(f"{m}_faithfulness", f"{m}'s, same size", ".2f") for m in methods] + \
+        [(f"{m}_overlap", f"edges shared with {m}'s (Jaccard)", ".2f") for m in methods]
     tables = {"Patching sweeps, ours against TransformerLens' loop":
               report.format_table(columns, [r for r in rows if r["kind"] == "speed"]),
               "Edge attribution against exact edge patching": report.format_table(
                   agreement, [r for r in rows if r["kind"] == "estimate"]),
-              "Faithfulness of the circuit of the top k edges": report.format_table(curve_columns, by_k)}
+              "Faithfulness of the circuit of the top k edges": report.format_table(curve_columns, by_k),
+              f"ACDC's greedy circuit (threshold {ACDC:g} of the normalised metric) against each score's top edges "
+              "of its size": report.format_table(acdc_columns, [r for r in rows if r["kind"] == "acdc"])}
     return Result(rows=rows, claims=claims(rows, gone), config=dict(p, models={n: MODELS[n] for n in p["models"]}),
                   tables=tables, figures={"faithfulness.png": curves(faithful, p["models"])})
 

@@ -7,7 +7,8 @@ import pytest
 from flax import nnx
 
 from attention_jax import ConfigError, ModelConfig, discovery
-from attention_jax.discovery import EdgeScores, circuit, edge_attribution, edge_patch, faithfulness, patch_paths
+from attention_jax.discovery import (EdgeScores, acdc, circuit, edge_attribution, edge_patch, faithfulness,
+                                     patch_paths)
 from attention_jax.edges import Graph
 from attention_jax.model import LanguageModel
 from attention_jax.patching import normalized_logit_diff
@@ -73,6 +74,25 @@ def test_a_circuit_keeps_only_edges_on_a_path_to_the_logits():
 
 
 @pytest.mark.slow
+def test_acdc_equals_its_greedy_loop_written_with_path_patching(case):
+    g = edge_patch(*case).graph
+    names = g.names()
+    order = sorted(range(len(names)), key=lambda e: (-g.edges[e][1], -g.edges[e][0]))
+    patched, current = [], patch_paths(*case, [])[0]
+    for e in order:                                   # the plain loop: one path patch per decision
+        value = patch_paths(*case, patched + [e])[0]
+        if abs(value - current) < 0.05:
+            patched, current = patched + [e], value
+    kept = [e for e in range(len(names)) if e not in patched]
+    found = acdc(*case, threshold=0.05)
+    assert set(found) <= {names[e] for e in kept} and 0 < len(found) < len(names)
+    assert set(found) == set(discovery._reaching(g, kept))
+    assert acdc(*case, threshold=0.0) == names           # nothing may change the metric by less than 0
+    assert acdc(*case, threshold=1e9) == []
+    with pytest.raises(ConfigError, match="threshold=-1"):
+        acdc(*case, threshold=-1)
+
+
 def test_faithfulness_runs_from_none_to_the_whole_model(case):
     exact = edge_patch(*case)
     n = len(exact.graph.edges)

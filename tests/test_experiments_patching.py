@@ -29,6 +29,8 @@ def test_the_smoke_run_times_every_sweep_finds_them_equal_and_scores_the_estimat
     exact = {r["k"]: r["faithfulness"] for r in curves if r["method"] == "exact"}
     assert exact[1] == pytest.approx(0.0, abs=1e-5) and abs(exact[200] - 1) < 0.1   # one edge: no path yet
     assert (tmp_path / "patching" / "faithfulness.png").stat().st_size > 10_000
+    (greedy,) = [r for r in results["rows"] if r["kind"] == "acdc"]
+    assert 0 < greedy["edges"] < 262 and {"exact_faithfulness", "EAP_overlap"} <= set(greedy)
 
 
 def test_spearman_ranks_ties_by_their_mean_rank():
