@@ -212,11 +212,16 @@ def _sweep(graphdef, state, target, sources, indices, *, names, axes, by, metric
     taken from `sources` (the other run's hook values)."""
     def one(index):
         model = nnx.merge(graphdef, state)
-        fns = {n: (lambda s, layer: lambda v: jnp.where(_mask(v.shape, axes, by, index, layer), s, v))(sources[n], i)
-               for i, n in enumerate(names)}
-        with patched(model, fns):
+        with patched(model, {n: _patch(sources[n], i, axes, by, index) for i, n in enumerate(names)}):
             return metric(model(target))
     return jax.vmap(one)(indices)
+
+
+def _patch(source, layer: int, axes, by: str, index):
+    """The hook function of block `layer`: its value, with `source` where the patch at `index` falls."""
+    def replace(value):
+        return jnp.where(_mask(value.shape, axes, by, index, layer), source, value)
+    return replace
 
 
 def activation_patch(model, clean, corrupted, metric: Callable, *, hook: str = "resid_pre", by: str = "position",

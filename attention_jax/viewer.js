@@ -165,3 +165,45 @@ function patchingViewer(root, d) {
   draw();
   root.dataset.ready = "1";
 }
+
+function circuitViewer(root, d) {
+  const SVG = "http://www.w3.org/2000/svg";
+  const el = (tag, attrs = {}, text) => { const e = document.createElement(tag);
+    for (const [k, v] of Object.entries(attrs)) e.setAttribute(k, v); if (text !== undefined) e.textContent = text; return e; };
+  const sv = (tag, attrs = {}) => { const e = document.createElementNS(SVG, tag);
+    for (const [k, v] of Object.entries(attrs)) e.setAttribute(k, v); return e; };
+  const place = n => {   // [column, row] of a node: embed, then each block's heads (or mixer) and FFN, then the logits
+    if (n === "embed") return [0, -1];
+    if (n === "logits") return [2 * d.blocks + 1, -1];
+    const [b, part] = n.split("."); const i = +b;
+    return part === "ffn" ? [2 * i + 2, -1] : [2 * i + 1, part.startsWith("h") ? +part.slice(1) : -1];
+  };
+  const rows = Math.max(1, d.heads), W = 110 * (2 * d.blocks + 2) + 40, H = 46 * rows + 60;
+  const xy = n => { const [c, r] = place(n); return [40 + 110 * c, r < 0 ? 30 + 46 * (rows - 1) / 2 : 30 + 46 * r]; };
+  let big = 1e-12;
+  for (const e of d.edges) big = Math.max(big, Math.abs(e.effect));
+  root.style.cssText = "font: 13px system-ui, sans-serif; color: #222; max-width: 980px";
+  root.appendChild(el("div", {style: "font-weight: 600; margin-bottom: 6px"},
+    `${d.title}: ${d.edges.length} of ${d.total} edges (${d.method}); width |effect|, scale ±${big.toPrecision(3)}`));
+  const tip = root.appendChild(el("div", {class: "ajc-tip", style: "font-family: monospace; margin-bottom: 4px"},
+    "hover an edge: sender -> receiver input, the metric's change with it patched"));
+  root.appendChild(el("div", {style: "font-size: 11px; color: #555"},
+    "blue: patching it lowers the metric, orange: raises it; into a head: query solid, key dashed, value dotted"));
+  const svg = root.appendChild(sv("svg", {width: W, height: H, viewBox: `0 0 ${W} ${H}`}));
+  const dash = {q: "", k: "6 3", v: "2 3"}, offset = {q: -7, k: 0, v: 7};
+  for (const e of d.edges) {
+    const [x1, y1] = xy(e.from), [x2, y2] = xy(e.to), w = 0.8 + 5 * Math.abs(e.effect) / big;
+    const line = svg.appendChild(sv("line", {class: "ajc-edge", "data-edge": e.name, x1: x1 + 9, y1,
+      x2: x2 - 9, y2: y2 + (offset[e.role] || 0), stroke: e.effect < 0 ? "#2166ac" : "#e08214",
+      "stroke-width": w, "stroke-dasharray": dash[e.role] || "", "stroke-opacity": 0.75}));
+    line.addEventListener("mouseenter", () => { tip.textContent = `${e.name}: ${e.effect.toFixed(4)}`; });
+  }
+  for (const n of d.nodes) {
+    const [x, y] = xy(n), g = svg.appendChild(sv("g", {class: "ajc-node", "data-node": n}));
+    g.appendChild(sv("circle", {cx: x, cy: y, r: 9, fill: "#fff", stroke: "#333"}));
+    const label = g.appendChild(sv("text", {x, y: y - 13, "text-anchor": "middle", "font-size": 11}));
+    label.textContent = n;
+  }
+  root.dataset.edges = String(d.edges.length);
+  root.dataset.ready = "1";
+}

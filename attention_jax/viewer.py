@@ -12,7 +12,8 @@ viridis, which reads in greyscale and for the common colour-blindnesses. The wei
 inside the page as 16-bit fractions (the lower triangle alone when causal), so a few hundred
 tokens stay a few megabytes at most; everything is drawn on canvases. `PatchingView` shows a
 patching sweep (`attention_jax.patching`) the same way: a heatmap of blocks by positions or
-heads, hover a cell for its value. Every string goes in as escaped JSON, so no label or title
+heads, hover a cell for its value; `CircuitView` draws edge scores (`attention_jax.discovery`) on the
+model's graph, a line an edge. Every string goes in as escaped JSON, so no label or title
 can change the page: a token such as `</script>` or `<!--` is shown as text.
 """
 from __future__ import annotations
@@ -87,6 +88,48 @@ class PatchingView:
 
     def html(self) -> str:
         return _fragment("ajp", "patchingViewer", self.title, self.payload())
+
+    def _repr_html_(self) -> str:
+        return self.html()
+
+    def save(self, path) -> pathlib.Path:
+        return _page(path, self.title, self.html())
+
+
+class CircuitView:
+    """Edge scores (`discovery.EdgeScores`) drawn on the model's graph: each edge of `edges` (names; default:
+    `discovery.circuit(scores, k=20)`) a line from its sender to its receiver's input, as wide as its |effect|
+    and coloured by its sign; hover an edge for its value."""
+
+    def __init__(self, scores, edges=None, *, title: str = "circuit"):
+        from attention_jax.discovery import circuit
+        graph, effect = scores.graph, np.asarray(scores.effect, np.float64)
+        if effect.shape != (len(graph.edges),) or not np.all(np.isfinite(effect)):
+            raise ConfigError(f"a circuit view shows one finite effect per edge of its graph ({len(graph.edges)}); "
+                              f"got shape {effect.shape}")
+        names = graph.names()
+        chosen = circuit(scores, k=min(20, len(names))) if edges is None else [str(e) for e in edges]
+        unknown = sorted(set(chosen) - set(names))
+        if unknown:
+            raise ConfigError(f"the graph has no edge {unknown[0]!r}; its edges read like {names[0]!r}")
+        self.graph, self.effect, self.edges, self.title = graph, effect, chosen, title
+        self.method = getattr(scores, "method", "exact")
+
+    def payload(self) -> dict:
+        place = {n: i for i, n in enumerate(self.graph.names())}
+        blocks = 1 + max((int(n.split(".")[0]) for n in self.graph.senders if n != "embed"), default=-1)
+        edges = []
+        for name in self.edges:
+            sender, receiver = name.split("->")
+            node, role = (receiver.rsplit(".", 1) if receiver.count(".") == 2 else (receiver, None))
+            edges.append({"name": name, "from": sender, "to": node, "role": role, "effect": self.effect[place[name]]})
+        heads = [n for n in self.graph.senders if ".h" in n]
+        return {"title": self.title, "method": self.method, "total": len(place), "blocks": blocks,
+                "heads": 1 + max((int(n.split(".h")[1]) for n in heads), default=0),
+                "nodes": [*self.graph.senders, "logits"], "edges": edges}
+
+    def html(self) -> str:
+        return _fragment("ajc", "circuitViewer", self.title, self.payload())
 
     def _repr_html_(self) -> str:
         return self.html()

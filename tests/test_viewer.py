@@ -43,6 +43,7 @@ def test_the_page_carries_the_models_weights_and_needs_nothing_from_outside():
     np.testing.assert_allclose(q, want[..., np.tril_indices(12)[0], np.tril_indices(12)[1]], atol=1 / 65535)
     page = v.html()
     assert v._repr_html_().count("attentionViewer(") == 2                # the script's definition and its call
+    page = page.replace('"http://www.w3.org/2000/svg"', "")     # SVG's namespace: a name, never fetched
     for outside in ("http://", "https://", "<script src", "<link", "import(", "fetch("):
         assert outside not in page, outside
 
@@ -241,3 +242,44 @@ def test_two_views_in_one_page_both_draw_and_a_large_sweep_draws(browser, tmp_pa
     assert page.eval_on_selector_all(".ajv", "els => els.map(e => e.dataset.ready)") == ["1", "1"]
     assert page.get_attribute(".ajp", "data-cells") == str(12 * 1024) and errors == []
     page.close()
+
+
+def _edge_scores():
+    from attention_jax.discovery import edge_patch
+    from attention_jax.patching import normalized_logit_diff
+    model, _ = tiny(T=8)
+    clean = np.random.default_rng(0).integers(0, 64, (2, 8))
+    corrupted = clean.copy()
+    corrupted[:, 2] = (clean[:, 2] + 5) % 64
+    return edge_patch(model, clean, corrupted, normalized_logit_diff(model, clean, corrupted, 3, 4))
+
+
+@pytest.mark.slow
+def test_the_circuit_view_draws_each_edge_and_reads_it_back_on_hover(browser, tmp_path):
+    from attention_jax.discovery import circuit
+    scores = _edge_scores()
+    kept = circuit(scores, k=12)
+    path = viewer.CircuitView(scores, kept, title="<b>found</b>").save(tmp_path / "c.html")
+    page = browser.new_page(viewport={"width": 1100, "height": 900})
+    asked, errors = [], []
+    page.on("request", lambda r: asked.append(r.url))
+    page.on("pageerror", lambda e: errors.append(str(e)))
+    page.goto(path.as_uri())
+    page.wait_for_selector(".ajc[data-ready='1']", timeout=10_000)
+    assert page.get_attribute(".ajc", "data-edges") == str(len(kept)) and len(kept) > 0
+    assert page.eval_on_selector_all(".ajc-edge", "els => els.map(e => e.dataset.edge)") == kept
+    # every node of the graph drawn once: the embedding, 2 blocks of 4 heads and an FFN, the logits
+    assert len(page.query_selector_all(".ajc-node")) == 1 + 2 * 5 + 1
+    name = kept[0]
+    page.hover(f".ajc-edge[data-edge='{name}']", force=True)
+    assert page.text_content(".ajc-tip") == f"{name}: {scores.effect[scores.graph.index(name)]:.4f}"
+    assert "<b>found</b>" in page.text_content(".ajc") and page.query_selector(".ajc b") is None   # the title as text
+    assert errors == [] and [u for u in asked if not u.startswith("file:")] == []
+    page.close()
+
+
+def test_a_circuit_view_of_edges_the_graph_lacks_is_refused_in_one_line():
+    scores = _edge_scores()
+    assert len(viewer.CircuitView(scores).payload()["edges"]) <= 20      # the default: the top 20's circuit
+    with pytest.raises(ConfigError, match="no edge '9.h9->logits'"):
+        viewer.CircuitView(scores, ["9.h9->logits"])

@@ -102,7 +102,7 @@ def fit(engine: Engine, task: Task, *, seeds: Sequence[int] = (0,), workdir: str
     per_call = choose_steps_per_call(engine.train_config, asked=steps_per_call, checkpoints=workdir is not None,
                                      backend=engine.backend)
     seeds = engine.check_seeds(seeds)
-    run = _Run(engine, task, seeds, None if workdir is None else pathlib.Path(workdir), resume, stop)
+    run = _Run(engine, task, seeds, None if workdir is None else pathlib.Path(workdir), resume)
     run.keep = keep_finished
     if 0 < run.start < engine.train_config.steps and is_writer():   # said whether or not a bar shows it
         print(f"{desc}: resuming at step {run.start:,} of {engine.train_config.steps:,} from its checkpoint",
@@ -110,19 +110,39 @@ def fit(engine: Engine, task: Task, *, seeds: Sequence[int] = (0,), workdir: str
     shown = progress and is_writer()   # tqdm.auto's notebook bar warns without ipywidgets even when off
     bar = (tqdm if shown else plain_tqdm)(total=engine.train_config.steps, initial=run.start, desc=desc,
                                           disable=not shown, dynamic_ncols=True, leave=False)
-    t0 = time.perf_counter()
+    tc, ckpt, t0 = engine.train_config, run.ckpt, time.perf_counter()
     try:
-        run.train(per_call, bar)
+        while run.done < tc.steps:
+            if stop is not None and stop.is_set():
+                raise KeyboardInterrupt
+            step = run.done
+            n = run.advance(per_call)                   # one compiled call: 1 step, or per_call in a scan
+            saving = ckpt is not None and ckpt.due(run.done, since=step + 1)
+            if run.done // tc.log_every > step // tc.log_every or run.done == tc.steps or saving or run.due(run.done):
+                run.flush()                             # every saved or evaluated state has a finite loss behind it
+                bar.set_postfix(loss=f"{np.mean(run.train_log[-1]['loss']):.3f}")
+            if run.due(run.done):
+                run.log(run.evaluate(run.done))
+            if saving:
+                ckpt.save(run.done, run.state, run.metrics_file)
+                if ckpt.preempted:                      # the machines are going: stop here, all processes at this step
+                    raise Preempted(run.done)
+            bar.update(n)
+    except KeyboardInterrupt:                           # what this run finished is kept; the same call resumes it
+        run.keep_finished()
+        raise
     finally:
         bar.close()
+    if stop is not None and stop.is_set():              # set during the last step: stopped all the same
+        raise KeyboardInterrupt
     return run.finish(time.perf_counter() - t0, per_call)
 
 
 class _Run:
     """One call of `fit`: the state, where it stands, its checkpoints and the metrics logged so far."""
 
-    def __init__(self, engine, task, seeds, workdir, resume, stop):
-        self.engine, self.task, self.seeds, self.tc, self.stop = engine, task, seeds, engine.train_config, stop
+    def __init__(self, engine, task, seeds, workdir, resume):
+        self.engine, self.task, self.seeds, self.tc = engine, task, seeds, engine.train_config
         self.ckpt = None if workdir is None else Checkpoints(
             workdir, self.tc.checkpoint_every, fingerprint(engine.model_config, self.tc, seeds, task.identity,
                                                                 loss_digest(engine.loss)),
@@ -188,34 +208,6 @@ class _Run:
         self.done = step + n
         self.pending.append((step + 1, n, metrics))
         return n
-
-    def train(self, per_call: int, bar) -> None:
-        """Steps until the last, evaluating and saving on their intervals; on Ctrl-C (or `stop`) what is
-        finished is kept."""
-        tc, ckpt = self.tc, self.ckpt
-        try:
-            while self.done < tc.steps:
-                if self.stop is not None and self.stop.is_set():
-                    raise KeyboardInterrupt
-                step = self.done
-                n = self.advance(per_call)
-                saving = ckpt is not None and ckpt.due(self.done, since=step + 1)
-                if self.done // tc.log_every > step // tc.log_every or self.done == tc.steps or saving \
-                        or self.due(self.done):
-                    self.flush()        # every saved or evaluated state has a finite loss behind it
-                    bar.set_postfix(loss=f"{np.mean(self.train_log[-1]['loss']):.3f}")
-                if self.due(self.done):
-                    self.log(self.evaluate(self.done))
-                if saving:
-                    ckpt.save(self.done, self.state, self.metrics_file)
-                    if ckpt.preempted:     # the machines are going: stop here, all processes at this step
-                        raise Preempted(self.done)
-                bar.update(n)
-        except KeyboardInterrupt:
-            self.keep_finished()
-            raise
-        if self.stop is not None and self.stop.is_set():
-            raise KeyboardInterrupt
 
     def keep_finished(self) -> None:
         """On Ctrl-C: the steps this run finished, logged and saved, unless a loss among them is not finite

@@ -277,5 +277,6 @@ eap = edge_attribution(model, clean, corrupted, metric)     # every edge estimat
 print(len(exact.graph.edges), "edges; the five that move the logit difference most:", exact.top(5))
 print("edge attribution against exact patching, Pearson:", np.corrcoef(exact.effect, eap.effect)[0, 1].round(3))
 print("the top 10 that reach the logits:", circuit(exact, k=10))
+display(viewer.CircuitView(exact, circuit(exact, k=10), title="the top 10 edges that reach the logits"))  # noqa: F821
 print("faithfulness of the top 5, 10, 20:", faithfulness(model, clean, corrupted, metric, exact, ks=[5, 10, 20]).round(2))
 assert exact.effect.shape == (len(exact.graph.edges),)
