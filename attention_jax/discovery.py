@@ -104,7 +104,7 @@ def edge_patch(model, clean, corrupted, metric, *, batch_size: int | None = None
     g, n = at.graph, model.config.n_layers
     mine = _outputs(at.graphdef, at.state, at.tokens)
     pairs = np.asarray(g.edges, np.int32)
-    into = np.array([E._block_of(g.receivers[r], n) for r in pairs[:, 1]])
+    into = np.array([E.block_of(g.receivers[r], n) for r in pairs[:, 1]])
     values = np.zeros(len(pairs))
     for start in np.unique(into):       # an edge changes nothing before its receiver's block: begin there
         run = lambda p, start=int(start): _one_edge(at.graphdef, at.state, at.tokens, at.others, mine, jnp.asarray(p),

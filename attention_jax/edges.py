@@ -115,7 +115,7 @@ def _out_bias(block):
     return 0.0 if block.mixer.out.bias is None else block.mixer.out.bias[...]
 
 
-def _block_of(name: str, n_layers: int) -> int:
+def block_of(name: str, n_layers: int) -> int:
     """The block a sender or receiver belongs to: -1 for the embedding, n_layers for the logits."""
     return -1 if name == "embed" else n_layers if name == "logits" else int(name.split(".")[0])
 
@@ -152,7 +152,7 @@ def _forward(model, tokens, others, mask, edge=None, begin=None):
         outs, bias, r = [model.embed(tokens)], 0.0, 0
     else:
         graph, mine = begin[1], begin[2]
-        before = lambda names: sum(1 for n in names if _block_of(n, cfg.n_layers) < start)
+        before = lambda names: sum(1 for n in names if block_of(n, cfg.n_layers) < start)
         outs, r = list(mine[:before(graph.senders)]), before(graph.receivers)
         bias = sum((_out_bias(b) for b in model.blocks[:start] if b.mixer is not None and cfg.heads_used), 0.0)
 

@@ -103,7 +103,7 @@ def test_one_edge_patched_alone_equals_its_mask_from_the_first_block_or_its_own(
     for e in (0, len(g.edges) // 2, len(g.edges) - 1):      # into block 0, a middle receiver, the logits
         s, r = g.edges[e]
         want = edges.run(model, g, CLEAN, others, g.mask([e]))
-        start = edges._block_of(g.receivers[r], model.config.n_layers)
+        start = edges.block_of(g.receivers[r], model.config.n_layers)
         for begin in {0, start}:
             got = edges.run_edge(model, g, CLEAN, others, jnp.asarray([s, r]), start=begin, mine=mine)
             np.testing.assert_allclose(got, want, atol=2e-5 * scale, err_msg=f"{g.names()[e]}, from block {begin}")
