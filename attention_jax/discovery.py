@@ -6,6 +6,7 @@
     kept = circuit(exact, k=20)                               # the top 20 edges that reach the logits
     greedy = acdc(model, clean, corrupted, metric, threshold=0.01)   # ACDC: patch away what changes little
     faithfulness(model, clean, corrupted, metric, exact, ks=[5, 10, 20])   # the circuit alone
+    found = smallest_circuit(model, clean, corrupted, metric, exact, share=0.8)   # the fewest that recover 80%
 
 The clean text runs, and a patched edge carries its sender's output from the corrupted run
 (ACDC's and edge attribution patching's direction: what breaks the behaviour). Every result is
@@ -44,6 +45,22 @@ class EdgeScores:
         """The k edges of largest |effect|, by name, largest first."""
         names = self.graph.names()
         return [names[i] for i in np.argsort(-np.abs(self.effect), kind="stable")[:k]]
+
+    def agreement(self, other: "EdgeScores") -> tuple[float, float]:
+        """(Pearson, Spearman) between these effects and `other`'s on the same edges (ties share a rank)."""
+        if other.graph != self.graph:
+            raise ConfigError("the two scores are over different graphs: score the same model's edges")
+        pearson = np.corrcoef(self.effect, other.effect)[0, 1]
+        return float(pearson), float(np.corrcoef(_ranks(self.effect), _ranks(other.effect))[0, 1])
+
+
+def _ranks(a: np.ndarray) -> np.ndarray:
+    """Ranks from 0, ties sharing their mean rank (Spearman's)."""
+    order = np.argsort(a, kind="stable")
+    ranks = np.empty(len(a))
+    ranks[order] = np.arange(len(a))
+    _, tie, count = np.unique(a, return_inverse=True, return_counts=True)
+    return (np.bincount(tie, ranks) / count)[tie]
 
 
 def _setup(model, clean, corrupted, metric):
@@ -157,7 +174,7 @@ def circuit(scores: EdgeScores, *, k: int | None = None, threshold: float | None
 
 def _reaching(g: E.Graph, chosen) -> list[str]:
     """The edges of `chosen` (indices, in their order) on a path of chosen edges to the logits, by name."""
-    node = [r[:-2] if r[-2:] in (".q", ".k", ".v") else r for r in g.receivers]   # a receiver's own node
+    node = [E.receiver_node(r)[0] for r in g.receivers]
     live, kept = {"logits"}, set()
     for e in sorted(chosen, key=lambda e: -g.edges[e][0]):     # later senders first: their liveness is known
         s, r = g.edges[e]
@@ -193,8 +210,36 @@ def acdc(model, clean, corrupted, metric, *, threshold: float) -> list[str]:
 def faithfulness(model, clean, corrupted, metric, scores: EdgeScores, ks) -> np.ndarray:
     """For each k, the circuit of `circuit(scores, k=k)` alone (every other edge patched from the corrupted
     run): its share of the clean-corrupted gap in the metric, (m - m_corrupted) / (m_clean - m_corrupted)."""
+    return circuit_faithfulness(model, clean, corrupted, metric, *[circuit(scores, k=int(k)) for k in ks])
+
+
+def circuit_faithfulness(model, clean, corrupted, metric, *circuits) -> np.ndarray:
+    """Each circuit (a list of edge names or indices) alone, every other edge patched from the corrupted
+    run: its share of the clean-corrupted gap in the metric. One patched forward a circuit, side by side."""
     at = _setup(model, clean, corrupted, metric)
     every = at.graph.mask(range(len(at.graph.edges)))
-    masks = [np.zeros_like(every), every] + [every - at.graph.mask(circuit(scores, k=int(k))) for k in ks]
-    m = at.under(np.stack(masks))
+    m = at.under(np.stack([np.zeros_like(every), every] + [every - at.graph.mask(c) for c in circuits]))
     return (m[2:] - m[1]) / (m[0] - m[1])
+
+
+@dataclasses.dataclass(frozen=True)
+class Found:
+    """`smallest_circuit`'s answer: the circuit's edges, how many top edges it took (None: no k up to the
+    most asked recovers the share, and `edges` is the largest's circuit), and the faithfulness at each k."""
+    edges: list[str]
+    k: int | None
+    curve: np.ndarray
+
+    @property
+    def faithfulness(self) -> float:
+        return float(self.curve[(self.k or len(self.curve)) - 1])
+
+
+def smallest_circuit(model, clean, corrupted, metric, scores: EdgeScores, *, share: float = 0.8,
+                     most: int = 20) -> Found:
+    """The circuit of the fewest top edges of `scores` (k = 1 .. `most`) that alone recovers `share` of the
+    clean-corrupted gap; where none does, the top `most` edges' circuit, with k None."""
+    ks = list(range(1, min(most, len(scores.graph.edges)) + 1))
+    curve = faithfulness(model, clean, corrupted, metric, scores, ks)
+    k = next((k for k, f in zip(ks, curve) if f >= share), None)
+    return Found(circuit(scores, k=k or ks[-1]), k, curve)

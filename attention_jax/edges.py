@@ -115,6 +115,12 @@ def _out_bias(block):
     return 0.0 if block.mixer.out.bias is None else block.mixer.out.bias[...]
 
 
+def receiver_node(name: str) -> tuple[str, str | None]:
+    """A receiver's node and which of its inputs it is: "1.h2.k" -> ("1.h2", "k"); "1.ffn" -> ("1.ffn", None)."""
+    node, _, role = name.rpartition(".")
+    return (node, role) if role in ("q", "k", "v") and node else (name, None)
+
+
 def block_of(name: str, n_layers: int) -> int:
     """The block a sender or receiver belongs to: -1 for the embedding, n_layers for the logits."""
     return -1 if name == "embed" else n_layers if name == "logits" else int(name.split(".")[0])
@@ -140,20 +146,22 @@ def run_edge(model, graph: Graph, tokens, others, edge, *, start: int = 0, mine=
     logits, the other run's term added to that one receiver alone, not a mask summed over every sender.
     `start`: an edge into block `start` or later (the logits: `n_layers`) changes nothing before that
     block, so the run begins there from `mine`, every sender's output on `tokens` (`outputs`)."""
-    return _forward(model, tokens, others, None, edge, (start, graph, mine) if start else None)[0]
+    if not start:
+        return _forward(model, tokens, others, None, edge)[0]
+    before = lambda names: sum(1 for n in names if block_of(n, model.config.n_layers) < start)
+    return _forward(model, tokens, others, None, edge, (start, before(graph.senders), before(graph.receivers), mine))[0]
 
 
 def _forward(model, tokens, others, mask, edge=None, begin=None):
-    """(logits, every sender's output); `mask` and `edge` None: no edge patched. `begin`: (block, graph,
-    this run's sender outputs) to start at that block."""
+    """(logits, every sender's output); `mask` and `edge` None: no edge patched. `begin`: (block, senders
+    and receivers before it, this run's sender outputs) to start at that block."""
     cfg, ln = model.config, (lambda norm: (lambda x: x) if norm is None else norm)
     start = 0 if begin is None else begin[0]
     if begin is None:
         outs, bias, r = [model.embed(tokens)], 0.0, 0
     else:
-        graph, mine = begin[1], begin[2]
-        before = lambda names: sum(1 for n in names if block_of(n, cfg.n_layers) < start)
-        outs, r = list(mine[:before(graph.senders)]), before(graph.receivers)
+        _, senders, r, mine = begin
+        outs = list(mine[:senders])
         bias = sum((_out_bias(b) for b in model.blocks[:start] if b.mixer is not None and cfg.heads_used), 0.0)
 
     def inputs(n):                       # the next n receivers' inputs [n, B, T, D]

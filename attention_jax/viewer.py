@@ -31,7 +31,22 @@ from attention_jax.errors import ConfigError
 _SCRIPT = (pathlib.Path(__file__).with_name("viewer.js"))
 
 
-class AttentionView:
+class _View:
+    """What every view shares: shown inline wherever HTML is (`_repr_html_`), saved as a page."""
+    title: str
+
+    def html(self) -> str:
+        raise NotImplementedError
+
+    def _repr_html_(self) -> str:
+        return self.html()
+
+    def save(self, path) -> pathlib.Path:
+        """The view as a standalone HTML file."""
+        return _page(path, self.title, self.html())
+
+
+class AttentionView(_View):
     """Attention weights [L, H, T, T] (or [H, T, T], or [T, T]) and the T tokens they are over."""
 
     def __init__(self, weights, tokens, *, title: str = "attention"):
@@ -57,15 +72,7 @@ class AttentionView:
         """A fragment that shows the views wherever HTML is shown (a notebook cell, a page)."""
         return _fragment("ajv", "attentionViewer", self.title, self.payload())
 
-    def _repr_html_(self) -> str:
-        return self.html()
-
-    def save(self, path) -> pathlib.Path:
-        """The views as a standalone HTML file."""
-        return _page(path, self.title, self.html())
-
-
-class PatchingView:
+class PatchingView(_View):
     """A patching sweep (`attention_jax.patching.Sweep`, or any [layer, ·] / [layer, head, position]
     array with its axis names) as an interactive heatmap; `labels`: the positions' tokens."""
 
@@ -89,14 +96,8 @@ class PatchingView:
     def html(self) -> str:
         return _fragment("ajp", "patchingViewer", self.title, self.payload())
 
-    def _repr_html_(self) -> str:
-        return self.html()
 
-    def save(self, path) -> pathlib.Path:
-        return _page(path, self.title, self.html())
-
-
-class CircuitView:
+class CircuitView(_View):
     """Edge scores (`discovery.EdgeScores`) drawn on the model's graph: each edge of `edges` (names; default:
     `discovery.circuit(scores, k=20)`) a line from its sender to its receiver's input, as wide as its |effect|
     and coloured by its sign; hover an edge for its value."""
@@ -116,12 +117,13 @@ class CircuitView:
         self.method = getattr(scores, "method", "exact")
 
     def payload(self) -> dict:
+        from attention_jax.edges import receiver_node
         place = {n: i for i, n in enumerate(self.graph.names())}
         blocks = 1 + max((int(n.split(".")[0]) for n in self.graph.senders if n != "embed"), default=-1)
         edges = []
         for name in self.edges:
             sender, receiver = name.split("->")
-            node, role = (receiver.rsplit(".", 1) if receiver.count(".") == 2 else (receiver, None))
+            node, role = receiver_node(receiver)
             edges.append({"name": name, "from": sender, "to": node, "role": role, "effect": self.effect[place[name]]})
         heads = [n for n in self.graph.senders if ".h" in n]
         return {"title": self.title, "method": self.method, "total": len(place), "blocks": blocks,
@@ -130,12 +132,6 @@ class CircuitView:
 
     def html(self) -> str:
         return _fragment("ajc", "circuitViewer", self.title, self.payload())
-
-    def _repr_html_(self) -> str:
-        return self.html()
-
-    def save(self, path) -> pathlib.Path:
-        return _page(path, self.title, self.html())
 
 
 def _embedded(payload: dict) -> str:

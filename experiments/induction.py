@@ -176,27 +176,23 @@ def copy_logprob(y: np.ndarray, repeat: np.ndarray):
 def found(model, ev: dict, L: int, H: int, final: dict) -> dict:
     """One seed's two-layer model: the circuit exact edge patching finds (every edge patched alone, from the
     corrupted text) and what is in it; EAP's ranking of the same edges beside it."""
-    from attention_jax.discovery import circuit, edge_attribution, edge_patch, faithfulness
+    from attention_jax.discovery import edge_attribution, edge_patch, smallest_circuit
+    from attention_jax.edges import receiver_node
     clean, other = ev["x"], corrupted(ev, model.config.vocab_size)
     raw = copy_logprob(ev["y"], ev["repeat"])
     high, low = (float(raw(model(t))) for t in (clean, other))
     metric = lambda logits: (raw(logits) - low) / (high - low)          # 1 on the text, 0 on the corrupted one
     exact = edge_patch(model, clean, other, metric)
-    ks = list(range(1, min(MOST_EDGES, len(exact.graph.edges)) + 1))
-    curve = faithfulness(model, clean, other, metric, exact, ks)
-    k = next((k for k, f in zip(ks, curve) if f >= FAITHFUL), None)
-    edges = circuit(exact, k=k or ks[-1])      # none recovering FAITHFUL: what the top MOST_EDGES hold
-    nodes = {n for e in edges for n in (e.split("->")[0], e.split("->")[1].rsplit(".", 1)[0])}
+    found = smallest_circuit(model, clean, other, metric, exact, share=FAITHFUL, most=MOST_EDGES)
+    nodes = {n for e in found.edges for n in (e.split("->")[0], receiver_node(e.split("->")[1])[0])}
     prefix, previous = np.asarray(final["prefix"]).reshape(L, H)[-1], np.asarray(final["previous"]).reshape(L, H)[0]
     heads, prev = [h for h in range(H) if prefix[h] > INDUCTION], int(np.argmax(previous))
-    keys = [h for h in heads if f"0.h{prev}->{L - 1}.h{h}.k" in edges]
-    eap = edge_attribution(model, clean, other, metric)
-    rank = lambda a: np.argsort(np.argsort(a))
-    return {"circuit_k": k, "circuit_faithfulness": float(curve[(k or ks[-1]) - 1]), "curve": curve.tolist(),
-            "circuit": edges, "induction_heads": heads, "found_circuit": float(k is not None),
+    keys = [h for h in heads if f"0.h{prev}->{L - 1}.h{h}.k" in found.edges]
+    return {"circuit_k": found.k, "circuit_faithfulness": found.faithfulness, "curve": found.curve.tolist(),
+            "circuit": found.edges, "induction_heads": heads, "found_circuit": float(found.k is not None),
             "has_induction_heads": float(bool(heads) and all(f"{L - 1}.h{h}" in nodes for h in heads)),
             "has_k_edge": float(bool(keys)), "k_edge_heads": keys, "copy_gap": high - low,
-            "eap_spearman": float(np.corrcoef(rank(exact.effect), rank(eap.effect))[0, 1])}
+            "eap_spearman": exact.agreement(edge_attribution(model, clean, other, metric))[1]}
 
 
 def per_seed(records: dict, settings: dict, table) -> dict:

@@ -143,20 +143,11 @@ def _timed(fn):
     return time.perf_counter() - start, out
 
 
-def _ranks(a: np.ndarray) -> np.ndarray:
-    """Ranks from 0, ties sharing their mean rank (Spearman's)."""
-    order = np.argsort(a, kind="stable")
-    ranks = np.empty(len(a))
-    ranks[order] = np.arange(len(a))
-    _, tie, count = np.unique(a, return_inverse=True, return_counts=True)
-    return (np.bincount(tie, ranks) / count)[tie]
-
-
 def estimates(name: str, ours, steps: int) -> tuple[list[dict], list[dict], list[dict]]:
     """EAP and EAP-IG against exact edge patching on one model (Pearson, Spearman, the three edges each misses
     most), the faithfulness of each score's circuits, and ACDC's greedy circuit against the scores' circuits of
     its size: (agreement rows, faithfulness rows, ACDC rows)."""
-    from attention_jax.discovery import acdc, circuit, edge_attribution, edge_patch, faithfulness, patch_paths
+    from attention_jax.discovery import acdc, circuit, circuit_faithfulness, edge_attribution, edge_patch, faithfulness
     from attention_jax.patching import normalized_logit_diff
     clean, corrupted = _texts(MODELS[name])
     metric = normalized_logit_diff(ours, clean, corrupted, ANSWER, WRONG)
@@ -170,23 +161,19 @@ def estimates(name: str, ours, steps: int) -> tuple[list[dict], list[dict], list
     for method, (seconds, scores) in scored.items():
         if method != "exact":
             miss = np.argsort(-np.abs(scores.effect - exact.effect), kind="stable")[:3]
+            pearson, spearman = exact.agreement(scores)
             agree.append(dict(kind="estimate", model=name, method=method, edges=len(names), ms=1e3 * seconds,
-                              gap=float(metric.clean - metric.corrupted),
-                              pearson=float(np.corrcoef(exact.effect, scores.effect)[0, 1]),
-                              spearman=float(np.corrcoef(_ranks(exact.effect), _ranks(scores.effect))[0, 1]),
+                              gap=float(metric.clean - metric.corrupted), pearson=pearson, spearman=spearman,
                               misses="; ".join(f"{names[i]} {exact.effect[i]:+.3f} (est. {scores.effect[i]:+.3f})"
                                                for i in miss)))
         curve = faithfulness(ours, clean, corrupted, metric, scores, ks)
         faithful += [dict(kind="faithfulness", model=name, method=method, k=k, kept=len(circuit(scores, k=k)),
                           faithfulness=float(f)) for k, f in zip(ks, curve)]
     seconds, greedy = _timed(lambda: acdc(ours, clean, corrupted, metric, threshold=ACDC))
-
-    def alone(kept):        # the circuit's share of the gap, every other edge patched
-        m = patch_paths(ours, clean, corrupted, metric, [], names, [n for n in names if n not in set(kept)])
-        return float((m[2] - m[1]) / (m[0] - m[1]))
     same = {method: circuit(scored[method][1], k=len(greedy)) for method in scored}
-    acdc_row = dict(kind="acdc", model=name, threshold=ACDC, edges=len(greedy), s=seconds, faithfulness=alone(greedy),
-                    **{f"{m}_faithfulness": alone(c) for m, c in same.items()},
+    alone = circuit_faithfulness(ours, clean, corrupted, metric, greedy, *same.values())
+    acdc_row = dict(kind="acdc", model=name, threshold=ACDC, edges=len(greedy), s=seconds, faithfulness=float(alone[0]),
+                    **{f"{m}_faithfulness": float(f) for m, f in zip(same, alone[1:])},
                     **{f"{m}_overlap": len(set(greedy) & set(c)) / max(1, len(set(greedy) | set(c)))
                        for m, c in same.items()})
     return agree, faithful, [acdc_row]

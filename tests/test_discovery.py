@@ -8,7 +8,7 @@ from flax import nnx
 
 from attention_jax import ConfigError, ModelConfig, discovery
 from attention_jax.discovery import (EdgeScores, acdc, circuit, edge_attribution, edge_patch, faithfulness,
-                                     patch_paths)
+                                     patch_paths, smallest_circuit)
 from attention_jax.edges import Graph
 from attention_jax.model import LanguageModel
 from attention_jax.patching import normalized_logit_diff
@@ -141,3 +141,25 @@ def test_every_edge_equals_transformer_lens_loop_on_the_same_weights(gpt2, torch
     whole = edge_patch_loop(bridge, torch.as_tensor(clean), torch.as_tensor(corrupted),
                             [[tuple(n.split("->")) for n in exact.top(10)]], tl_metric)
     assert patch_paths(ours, clean, corrupted, metric, exact.top(10))[0] == pytest.approx(whole[0], abs=2e-4)
+
+
+def test_spearman_ranks_ties_by_their_mean_rank(case):
+    np.testing.assert_array_equal(discovery._ranks(np.array([3.0, 1.0, 3.0, 2.0])), [2.5, 0, 2.5, 1])
+    exact, eap = edge_patch(*case), edge_attribution(*case)
+    pearson, spearman = exact.agreement(eap)
+    assert pearson == pytest.approx(np.corrcoef(exact.effect, eap.effect)[0, 1]) and -1 <= spearman <= 1
+    assert exact.agreement(exact) == pytest.approx((1.0, 1.0))
+
+
+def test_the_smallest_circuit_is_the_first_k_past_the_share_or_the_largest_asked(case):
+    exact = edge_patch(*case)
+    curve = faithfulness(*case, exact, ks=range(1, 11))
+    found = smallest_circuit(*case, exact, share=0.5, most=10)
+    np.testing.assert_allclose(found.curve, curve)
+    want = next((k for k in range(1, 11) if curve[k - 1] >= 0.5), None)
+    assert found.k == want and found.edges == circuit(exact, k=want or 10)
+    assert found.faithfulness == pytest.approx(curve[(want or 10) - 1])
+    none = smallest_circuit(*case, exact, share=1e9, most=3)
+    assert none.k is None and none.edges == circuit(exact, k=3)
+    alone = discovery.circuit_faithfulness(*case, [], exact.graph.names(), circuit(exact, k=4))
+    np.testing.assert_allclose(alone, [0.0, 1.0, faithfulness(*case, exact, ks=[4])[0]], atol=1e-5)

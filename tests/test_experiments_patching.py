@@ -3,7 +3,6 @@ rounding, with the speed claim per sweep (the smoke preset decides none of them)
 scored against exact edge patching, and the faithfulness curve of each score's circuits."""
 import json
 
-import numpy as np
 import pytest
 
 from experiments import patching
@@ -31,7 +30,3 @@ def test_the_smoke_run_times_every_sweep_finds_them_equal_and_scores_the_estimat
     assert (tmp_path / "patching" / "faithfulness.png").stat().st_size > 10_000
     (greedy,) = [r for r in results["rows"] if r["kind"] == "acdc"]
     assert 0 < greedy["edges"] < 262 and {"exact_faithfulness", "EAP_overlap"} <= set(greedy)
-
-
-def test_spearman_ranks_ties_by_their_mean_rank():
-    np.testing.assert_array_equal(patching._ranks(np.array([3.0, 1.0, 3.0, 2.0])), [2.5, 0, 2.5, 1])

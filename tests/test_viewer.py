@@ -68,14 +68,16 @@ def browser():
         b.close()
 
 
-def open_page(browser, path: pathlib.Path):
+def open_page(browser, path: pathlib.Path, kind: str = "ajv"):
+    """The page open once its view of `kind` (ajv attention, ajp patching, ajc circuit) has drawn: (page,
+    the addresses it asked for, its errors)."""
     page = browser.new_page(viewport={"width": 1100, "height": 900})
     asked, errors = [], []
     page.on("request", lambda r: asked.append(r.url))
     page.on("console", lambda m: errors.append(m.text) if m.type == "error" else None)
     page.on("pageerror", lambda e: errors.append(str(e)))
     page.goto(path.as_uri())
-    page.wait_for_selector(".ajv[data-ready='1']", timeout=10_000)
+    page.wait_for_selector(f".{kind}[data-ready='1']", timeout=10_000)
     return page, asked, errors
 
 
@@ -171,13 +173,14 @@ def test_the_patching_view_draws_a_sweep_and_reads_it_back_on_hover(browser, tmp
     metric = normalized_logit_diff(model, clean, corrupted, 3, 4)
     by_position = activation_patch(model, clean, corrupted, metric, hook="resid_pre", by="position")
     labels = [f"t{int(i)}" for i in clean[0]]
-    page, asked, errors = open_page_of(browser, viewer.PatchingView(by_position, labels, title="resid").save(tmp_path / "r.html"))
+    page, asked, errors = open_page(browser, viewer.PatchingView(by_position, labels, title="resid").save(tmp_path / "r.html"),
+                                    "ajp")
     assert page.get_attribute(".ajp", "data-cells") == str(2 * 8)
     page.hover(".ajp-cell[data-r='1'][data-c='5']")
     assert page.text_content(".ajp-tip") == f"block 1, {labels[5]}: {by_position.values[1, 5]:.4f}"
     page.close()
     three = activation_patch(model, clean, corrupted, metric, hook="z", by="head_position")
-    page, asked, errors = open_page_of(browser, viewer.PatchingView(three, labels).save(tmp_path / "z.html"))
+    page, asked, errors = open_page(browser, viewer.PatchingView(three, labels).save(tmp_path / "z.html"), "ajp")
     assert page.get_attribute(".ajp", "data-cells") == str(4 * 8)             # one block: heads x positions
     page.select_option(".ajp-layer", "1")
     h, p = np.unravel_index(int(np.argmax(np.abs(three.values[1]))), three.values[1].shape)   # a cell that is not 0
@@ -185,16 +188,6 @@ def test_the_patching_view_draws_a_sweep_and_reads_it_back_on_hover(browser, tmp
     assert page.text_content(".ajp-tip") == f"block 1, head {h}, {labels[p]}: {three.values[1, h, p]:.4f}"
     assert errors == [] and [u for u in asked if not u.startswith("file:")] == []
     page.close()
-
-
-def open_page_of(browser, path):
-    page = browser.new_page(viewport={"width": 1100, "height": 900})
-    asked, errors = [], []
-    page.on("request", lambda r: asked.append(r.url))
-    page.on("pageerror", lambda e: errors.append(str(e)))
-    page.goto(path.as_uri())
-    page.wait_for_selector(".ajp[data-ready='1']", timeout=10_000)
-    return page, asked, errors
 
 
 def test_a_patching_view_of_what_is_no_sweep_is_refused_in_one_line():
@@ -259,13 +252,8 @@ def test_the_circuit_view_draws_each_edge_and_reads_it_back_on_hover(browser, tm
     from attention_jax.discovery import circuit
     scores = _edge_scores()
     kept = circuit(scores, k=12)
-    path = viewer.CircuitView(scores, kept, title="<b>found</b>").save(tmp_path / "c.html")
-    page = browser.new_page(viewport={"width": 1100, "height": 900})
-    asked, errors = [], []
-    page.on("request", lambda r: asked.append(r.url))
-    page.on("pageerror", lambda e: errors.append(str(e)))
-    page.goto(path.as_uri())
-    page.wait_for_selector(".ajc[data-ready='1']", timeout=10_000)
+    page, asked, errors = open_page(browser, viewer.CircuitView(scores, kept, title="<b>found</b>").save(tmp_path / "c.html"),
+                                    "ajc")
     assert page.get_attribute(".ajc", "data-edges") == str(len(kept)) and len(kept) > 0
     assert page.eval_on_selector_all(".ajc-edge", "els => els.map(e => e.dataset.edge)") == kept
     # every node of the graph drawn once: the embedding, 2 blocks of 4 heads and an FFN, the logits

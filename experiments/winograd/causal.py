@@ -94,32 +94,31 @@ def found(model, task, kind: str = "keep") -> dict:
     FAITHFUL of the answer, and that circuit in words: each head in it, which of its inputs the circuit
     feeds, and where it looks from the referent (mean attention over the sentences)."""
     import jax.numpy as jnp
-    from attention_jax.discovery import circuit, edge_patch, faithfulness
+    from attention_jax.discovery import edge_patch, smallest_circuit
+    from attention_jax.edges import receiver_node
     from attention_jax.inspect import run_with_cache
     from attention_jax.patching import normalized_logit_diff
     clean, corrupted, answer, wrong = sentences(task, kind)
     pos = task.heldout.position
     metric = normalized_logit_diff(model, clean, corrupted, answer, wrong, position=pos)
     exact = edge_patch(model, clean, corrupted, metric)
-    ks = list(range(1, min(MOST_EDGES, len(exact.graph.edges)) + 1))
-    curve = faithfulness(model, clean, corrupted, metric, exact, ks)
-    k = next((k for k, f in zip(ks, curve) if f >= FAITHFUL), None)
-    edges = circuit(exact, k=k or ks[-1])
+    found = smallest_circuit(model, clean, corrupted, metric, exact, share=FAITHFUL, most=MOST_EDGES)
     _, cache = run_with_cache(model, jnp.asarray(clean), "blocks.*.mixer.attention.weights")
     slots = {"{x}": "the first noun", "{y}": "the second noun", "{adj}": "the adjective"}
     words = [f"{slots.get(w, repr(w))} ({i})" for i, w in enumerate(task.spec.template.split(" ")[:pos + 1])]
     looks = {}
-    ends = [n for e in edges for n in e.split("->")]
-    for name in dict.fromkeys(n.rsplit(".", 1)[0] if n.count(".") == 2 else n for n in ends if ".h" in n):
+    ends = [receiver_node(n)[0] for e in found.edges for n in e.split("->")]
+    for name in dict.fromkeys(n for n in ends if ".h" in n):
         block, head = name.split(".h")
         w = np.asarray(cache[f"blocks.{block}.mixer.attention.weights"], np.float64)[:, int(head), pos, :pos + 1]
         looks[name] = (words[int(np.argmax(w.mean(0)))], float(w.mean(0).max()))
-    return {"k": k, "faithfulness": float(curve[(k or ks[-1]) - 1]), "edges": edges, "words": describe(edges, looks),
-            "kind": kind}
+    return {"k": found.k, "faithfulness": found.faithfulness, "edges": found.edges,
+            "words": describe(found.edges, looks), "kind": kind}
 
 
 def describe(edges: list[str], looks: dict) -> str:
     """A circuit in words: per receiver, what feeds it; where each head in it looks from the referent."""
+    from attention_jax.edges import receiver_node
     def node(n):
         if n == "embed":
             return "the words themselves"
@@ -134,11 +133,11 @@ def describe(edges: list[str], looks: dict) -> str:
         into.setdefault(receiver, []).append(node(sender))
     said = []
     for receiver, senders in into.items():
+        target, role = receiver_node(receiver)
         if receiver == "logits":
             said.append(f"the answer is written by {', '.join(senders)}")
-        elif receiver.count(".") == 2:              # a head's query, key or value
-            head, role = receiver.rsplit(".", 1)
-            said.append(f"{node(head)} takes its {ROLE[role]} from {', '.join(senders)}")
+        elif role:                                  # a head's query, key or value
+            said.append(f"{node(target)} takes its {ROLE[role]} from {', '.join(senders)}")
         else:
             said.append(f"{node(receiver)} reads {', '.join(senders)}")
     return "; ".join(said) or "no edge"
