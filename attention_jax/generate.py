@@ -116,6 +116,24 @@ def _prompts(prompt, vocab: int) -> list[np.ndarray]:
     return rows
 
 
+def _one(prompt) -> bool:
+    """Whether `prompt` is one prompt (ids [P]) rather than a batch (its text comes back alone)."""
+    try:
+        return np.ndim(prompt) == 1
+    except ValueError:                              # rows of different lengths: a batch
+        return False
+
+
+def _padded(rows: list[np.ndarray], width: int, *, left: bool) -> tuple[np.ndarray, np.ndarray]:
+    """The rows in one [B, width] int32 array, padded with id 0 (which no query reads) on the left or the
+    right, and the column where each row's ids start."""
+    buf = np.zeros((len(rows), width), np.int32)
+    starts = np.array([width - len(r) if left else 0 for r in rows], np.int32)
+    for r, (row, start) in enumerate(zip(rows, starts)):
+        buf[r, start:start + len(row)] = row
+    return buf, starts
+
+
 def _check_options(config, n, key, temperature, top_k) -> bool:
     """One line for what cannot be drawn; True where decoding is greedy."""
     vocab = config.vocab_size
@@ -191,36 +209,33 @@ class Decoder:
     def __call__(self, prompt, n: int, *, key=None, temperature: float = 1.0, top_k: int | None = None,
                  cache: bool = True):
         rows, greedy = _checked(self.config, prompt, n, key, temperature, top_k, cache)
+        texts = self._decode(rows, greedy, n, key, temperature, top_k, cache)
+        return texts[0] if _one(prompt) else texts
+
+    def _decode(self, rows: list[np.ndarray], greedy: bool, n: int, key, temperature, top_k, cache: bool):
+        """Each row's prompt + n new ids (rows and options checked by `_checked`)."""
         lengths = np.array([len(r) for r in rows], np.int32)
         P, T = int(lengths.max()), self.config.context
         options = dict(n=int(n), greedy=greedy, top_k=None if top_k is None else int(top_k))
         key, temperature = jax.random.key(0) if key is None else key, jnp.float32(1.0 if greedy else temperature)
+        # With the cache a row's text ends at the last column (padding on the left); without, each
+        # row's ends where its own prompt does, and its window slides from there (on the right).
+        buf, starts = _padded(rows, P if cache else max(T, P + n), left=cache)
         if cache:
-            padding = P - lengths
-            buf = np.zeros((len(rows), P), np.int32)          # id 0 stands in the padding: no query reads it
-            for r, (row, pad) in enumerate(zip(rows, padding)):
-                buf[r, pad:] = row
-            starts, run = padding, lambda: decode.cached(self._twins(len(rows), P + n - 1), jnp.asarray(buf),
-                                                         jnp.asarray(padding), key, temperature, **options)
+            run = lambda: decode.cached(self._twins(len(rows), P + n - 1), jnp.asarray(buf), jnp.asarray(starts),
+                                        key, temperature, **options)
         else:
-            buf = np.zeros((len(rows), max(T, P + n)), np.int32)
-            for r, row in enumerate(rows):
-                buf[r, :len(row)] = row
-            starts, run = np.zeros_like(lengths), lambda: decode.windows(self.graphdef, self.state, jnp.asarray(buf),
-                                                                         jnp.asarray(lengths), key, temperature,
-                                                                         **options)
-        ends = lambda done: (padding + lengths if cache else lengths) + done   # each row's text ends there
+            run = lambda: decode.windows(self.graphdef, self.state, jnp.asarray(buf), jnp.asarray(lengths), key,
+                                         temperature, **options)
+        texts = lambda out, done: [np.asarray(out[r, s:s + length + done], np.int32)
+                                   for r, (s, length) in enumerate(zip(starts, lengths))]
         try:
             out = buf if n == 0 else run()
         except decode.NotFinite as e:
             raise ConfigError(self._not_finite(e.index)) from None
         except decode.Stopped as e:
-            texts = [np.asarray(e.out[r, s:end], np.int32) for r, (s, end) in enumerate(zip(starts, ends(e.done)))]
-            raise GenerationInterrupted(texts, e.done, int(n)) from None
-        texts = [np.asarray(out[r, s:end], np.int32) for r, (s, end) in enumerate(zip(starts, ends(n)))]
-        if len(set(lengths.tolist())) > 1:
-            return texts
-        return texts[0] if np.ndim(prompt) == 1 else np.stack(texts)
+            raise GenerationInterrupted(texts(e.out, e.done), e.done, int(n)) from None
+        return texts(out, n)
 
     def _not_finite(self, index: int) -> str:
         """Why the logits of new token `index` were NaN or infinite, and what to do about it."""
@@ -236,12 +251,13 @@ class Decoder:
 
 def generate(model, prompt, n: int, *, key=None, temperature: float = 1.0, top_k: int | None = None,
              cache: bool = True, speed: Speed | None = Speed(), weights: str = "float32", backend=None):
-    """The prompt's ids followed by `n` generated ones, as int32.
+    """The prompt's ids followed by `n` generated ones, as int32: one prompt's text, or a list of texts.
 
-    `prompt`: ids [P] (answer [P + n]), [B, P] for B prompts of one length ([B, P + n]), or a list of
-    B prompts of different lengths (a list of B arrays, each its prompt + n). Every row is decoded
-    as it would be alone: unequal rows are padded (on the left with the cache, on the right
-    without), and no position reads the padding. `temperature` 0 is greedy decoding (no key
+    `prompt`: one prompt, ids [P] (answer: its text, an array [P + n]), or a batch of B, as [B, P] or
+    a list of B prompts of any lengths (answer: a list of B arrays, each its prompt + n, whatever
+    the lengths; `np.stack` them when they are equal). Every row is decoded as it would be alone:
+    unequal rows are padded (on the left with the cache, on the right without), and no position
+    reads the padding. `temperature` 0 is greedy decoding (no key
     needed); otherwise `key` (a `jax.random.key`) makes the draw, the same key the same text, and
     each row draws with its own part of it. `top_k`: draw among the k most likely ids only.
     `cache`: keep each position's keys and values (O(T) work a token, within the context);
@@ -258,6 +274,7 @@ def generate(model, prompt, n: int, *, key=None, temperature: float = 1.0, top_k
     stop the decoding with one line naming the fix, never a run of token 0; Ctrl-C stops it within
     about a quarter of a second, raising `errors.GenerationInterrupted` with the texts drawn so far.
     """
-    _checked(model.config, prompt, n, key, temperature, top_k, cache)   # before the model is prepared
-    return Decoder(model, speed=speed, weights=weights, backend=backend)(prompt, n, key=key, temperature=temperature, top_k=top_k,
-                                                        cache=cache)
+    rows, greedy = _checked(model.config, prompt, n, key, temperature, top_k, cache)   # before preparing the model
+    texts = Decoder(model, speed=speed, weights=weights, backend=backend)._decode(rows, greedy, n, key, temperature,
+                                                                               top_k, cache)
+    return texts[0] if _one(prompt) else texts

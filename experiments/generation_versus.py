@@ -84,8 +84,7 @@ def theirs(hf, prompts: list[np.ndarray], n: int) -> list[np.ndarray]:
 
 
 def ours(decoder, prompts: list[np.ndarray], n: int) -> list[np.ndarray]:
-    out = decoder(prompts if len(prompts) > 1 else prompts[0], n, temperature=0)
-    return list(out) if len(prompts) > 1 else [out]
+    return decoder(prompts, n, temperature=0)
 
 
 def decoders(model) -> tuple[dict, dict]:

@@ -167,8 +167,8 @@ assert jax.device_count() == 8, jax.devices()
 config = dataclasses.replace(LADDER[-1].config, dtype="bfloat16")
 engine = Engine(config, TrainConfig(batch_size=16), backend="tpu")
 state = engine.abstract_state([0])
-x = jax.ShapeDtypeStruct((16, config.context), jnp.int32, sharding=engine.programs.mesh and
-                         jax.sharding.NamedSharding(engine.programs.mesh, jax.sharding.PartitionSpec("data")))
+x = jax.ShapeDtypeStruct((16, config.context), jnp.int32, sharding=engine.mesh and
+                         jax.sharding.NamedSharding(engine.mesh, jax.sharding.PartitionSpec("data")))
 exported = export.export(engine._step, platforms=("tpu",))(state, {"x": x, "y": x})
 text = exported.mlir_module()
 print(exported.nr_devices, "attention_fused" in text, "cpu_only" in text, "attention_causal_halves" in text)

@@ -83,7 +83,7 @@ def test_what_cannot_be_generated_is_refused_in_one_line(model):
 def test_prompts_of_one_length_are_answered_together_as_each_alone(model):
     prompts = np.array([[1, 2, 3], [4, 5, 6], [7, 8, 9]])
     together = generate(model, prompts, 20, temperature=0, cache=False)
-    assert together.shape == (3, 23)
+    assert isinstance(together, list) and [t.shape for t in together] == [(23,)] * 3
     for row, prompt in zip(together, prompts):
         np.testing.assert_array_equal(row, generate(model, prompt, 20, temperature=0, cache=False))
     drawn = generate(model, prompts, 20, key=jax.random.key(1), temperature=1.0, cache=False)
@@ -106,8 +106,8 @@ def test_decoding_with_the_model_as_built_gives_the_tokens_the_speed_swap_gives(
     from attention_jax.speed import Speed
     prompt = [[5, 1, 30], [2, 2, 9]]
     fast = generate(model, prompt, 5, temperature=0)
-    assert generate(model, prompt, 5, temperature=0, speed=None).tolist() == fast.tolist()
-    assert generate(model, prompt, 5, temperature=0, speed=Speed(form="chunked", chunk=2)).tolist() == fast.tolist()
+    np.testing.assert_array_equal(generate(model, prompt, 5, temperature=0, speed=None), fast)
+    np.testing.assert_array_equal(generate(model, prompt, 5, temperature=0, speed=Speed(form="chunked", chunk=2)), fast)
     with pytest.raises(ConfigError, match="cannot compute positions='alibi'"):
         generate(LanguageModel(ModelConfig(vocab_size=37, context=8, d_model=32, positions="alibi"), rngs=nnx.Rngs(0)),
                  prompt, 2, temperature=0, speed=Speed(form="chunked"))
@@ -151,3 +151,18 @@ def test_ctrl_c_ends_a_long_generate_within_a_second_keeping_the_tokens_drawn(mo
     whole = generate(model, prompt, min(e.done, 64), temperature=0, cache=False)
     for got, want in zip(e.texts, whole):
         np.testing.assert_array_equal(got[:len(want)], want)
+
+
+def test_one_prompt_gives_its_text_and_a_batch_a_list_checked_once(model, monkeypatch):
+    """One return type a kind of input: ids [P] -> its text [P + n]; a batch ([B, P] or a list of any
+    lengths) -> a list of B texts. The prompt is read and checked once a call, not again by the Decoder."""
+    from attention_jax import generate as module
+    read = []
+    monkeypatch.setattr(module, "_prompts", lambda prompt, vocab, f=module._prompts: read.append(1) or f(prompt, vocab))
+    one = generate(model, [1, 2, 3], 4, temperature=0)
+    assert isinstance(one, np.ndarray) and one.shape == (7,) and one.dtype == np.int32 and len(read) == 1
+    for batch in (np.array([[1, 2, 3], [4, 5, 6]]), [[1, 2, 3], [4, 5]], [[1, 2, 3]]):
+        texts = generate(model, batch, 4, temperature=0)
+        assert isinstance(texts, list) and [t.shape for t in texts] == [(len(p) + 4,) for p in batch]
+        np.testing.assert_array_equal(texts[0], one)                 # each row as if alone
+    assert len(read) == 4

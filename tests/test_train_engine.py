@@ -40,7 +40,7 @@ def test_init_op_by_op_is_the_compiled_init_bit_for_bit(engine):
     parameters and optimizer state are the bits the compiled program gives, per seed too."""
     for n_seeds, seeds in ((1, [3]), (2, [0, 5])):
         eng = engine(MC, n_seeds)
-        one = eng.programs.init_one
+        one = eng._init_one
         compiled = jax.jit(jax.vmap(one) if eng.vmapped else one)(eng._keys(seeds))
         assert_same_state(eng.init(seeds), compiled)
 

@@ -14,29 +14,36 @@ alike; the Winograd toy scores one token). What to sample lives with the task
 The step's metrics (loss, learning rate, global gradient norm, gradient norm per block)
 stay on: a few reductions over the gradients. Every compiled function computes with
 `speed` (default `Speed()`: the fastest attention on the engine's devices, or on `backend`, and
-the hand-written dense backward) swapped into the model; `speed=None` trains the model as built. Engines handed
-one `ProgramCache` share their compiled programs (`attention_jax.train.programs`).
+the hand-written dense backward) swapped into the model; `speed=None` trains the model as built.
+
+The compiled functions are the Engine's own (`_compile`). jit keeps its traces per function object,
+so two Engines of one configuration would trace and compile twice: Engines handed one
+`ProgramCache` (held, and dropped, by the caller; nothing here is global) share them.
 """
 from __future__ import annotations
 
+import collections
+import contextlib
 from typing import Callable
 
 import jax
 import jax.numpy as jnp
 import numpy as np
+import optax
 from flax import nnx
 from jax.sharding import NamedSharding, PartitionSpec as P
 
 from attention_jax.config import ModelConfig, TrainConfig
 from attention_jax.data import eval_windows
 from attention_jax.errors import ConfigError, DataError
+from attention_jax.fingerprint import Keyed
 from attention_jax.model import LanguageModel, check_ids
-from attention_jax.speed import Speed
+from attention_jax.speed import Speed, fast
 from attention_jax.speed.backend import backend_of
 from attention_jax.train import memory
 from attention_jax.train.distributed import local, put, to_host
-from attention_jax.train.programs import (  # noqa: F401  (the engine's API)
-    ProgramCache, Programs, cross_entropy, lr_schedule, make_optimizer, token_loss)
+from attention_jax.train.objective import (OPTIMIZER_FIELDS, block_grad_norms, cross_entropy, lr_schedule,
+                                           make_optimizer, token_loss)
 
 
 class Engine:
@@ -56,10 +63,79 @@ class Engine:
             raise ConfigError(f"batch_size={train_config.batch_size} does not split over {len(devices)} "
                               "devices; use a multiple of the device count")
         memory.check(model_config, train_config, n_seeds, devices)   # before anything is allocated
-        made = (programs.get if programs is not None else Programs)
-        self.programs = p = made(model_config, train_config, n_seeds, loss, step_metrics, devices, speed, self.backend)
-        self.tx, self.schedule, self.graphdef, self.mesh, self.vmapped = p.tx, p.schedule, p.graphdef, p.mesh, p.vmapped
-        self._init, self._step, self._steps, self._nll, self._logits = p.init, p.step, p.steps, p.nll, p.logits
+        if speed is not None:
+            speed.form_for(model_config, self.backend)   # a form this model cannot take: refused now, in one line
+        self.tx, self.schedule, self.vmapped = make_optimizer(train_config), lr_schedule(train_config), n_seeds > 1
+        self.graphdef, _ = nnx.split(nnx.eval_shape(lambda: self._build(jax.random.key(0))))
+        # Auto axes: the batch is laid out over devices and XLA propagates the rest (the
+        # embedding gather included); explicit axes would demand sharding rules per op.
+        self.mesh = (jax.make_mesh((len(devices),), ("data",), axis_types=(jax.sharding.AxisType.Auto,),
+                                   devices=devices) if len(devices) > 1 else None)
+        # Everything the compiled functions read of this Engine: Engines equal in it share them.
+        self.key = (model_config, tuple(getattr(train_config, f) for f in OPTIMIZER_FIELDS), n_seeds, Keyed(loss),
+                    step_metrics, devices, speed, self.backend)
+        compiled = self._compile() if programs is None else programs.get(self.key, self._compile)
+        self._init, self._step, self._steps, self._nll, self._logits = compiled
+
+    # -- the pure functions, and their compiled forms --------------------------------------
+    def _build(self, key):
+        model = LanguageModel(self.model_config, rngs=nnx.Rngs(key))
+        return model, nnx.Optimizer(model, self.tx, wrt=nnx.Param)
+
+    def _faster(self, model):
+        """`model` with the speed's forms swapped in, for the `with` block."""
+        return contextlib.nullcontext(model) if self.speed is None else fast(model, self.speed, backend=self.backend)
+
+    def _init_one(self, key):
+        return nnx.state(self._build(key))
+
+    def _step_one(self, state, batch):
+        model, opt = nnx.merge(self.graphdef, state)
+        lr = self.schedule(opt.step[...]) if callable(self.schedule) else jnp.asarray(self.schedule)
+        with self._faster(model):
+            loss, grads = nnx.value_and_grad(lambda m: self.loss(m(batch["x"]), batch["y"], batch.get("weights")))(model)
+        opt.update(model, grads)
+        if not self.step_metrics:
+            return nnx.state((model, opt)), {"loss": loss}
+        metrics = {"loss": loss, "lr": jnp.asarray(lr, jnp.float32), "grad_norm": optax.tree.norm(grads),
+                   "block_grad_norm": block_grad_norms(grads, self.model_config.n_layers)}
+        return nnx.state((model, opt)), metrics
+
+    def _nll_one(self, state, x, y, weights):
+        model, _ = nnx.merge(self.graphdef, state)
+        model.eval()                                   # dropout off
+        with self._faster(model):
+            ce = cross_entropy(model(x), y)
+        if weights is None:
+            return ce.sum(axis=-1), jnp.full(ce.shape[:-1], ce.shape[-1], jnp.float32)
+        return (ce * weights).sum(axis=-1), weights.sum(axis=-1).astype(jnp.float32)   # per window
+
+    def _logits_one(self, state, x):
+        model, _ = nnx.merge(self.graphdef, state)
+        model.eval()
+        with self._faster(model):
+            return model(x)
+
+    def _compile(self) -> tuple:
+        """(init, step, steps, nll, logits): the pure functions for one seed or N under `vmap`, jit-compiled."""
+        over_seeds = (lambda f, **kw: jax.vmap(f, **kw)) if self.vmapped else (lambda f, **kw: f)
+        replicated = None if self.mesh is None else NamedSharding(self.mesh, P())
+        # On one device the initialisation runs op by op: compiling it costs about what the step
+        # does, while each random draw compiles once per shape for every later engine too (the same
+        # bits: a test). Over a mesh it is compiled, so every process lays the state out alike.
+        init = over_seeds(self._init_one)
+        init = init if self.mesh is None else jax.jit(init, out_shardings=replicated)
+        step = jax.jit(over_seeds(self._step_one), donate_argnums=0)
+        # K steps in one call, a scan over the batches' leading step axis: on a GPU/TPU a small
+        # model's step takes less time than Python needs to launch it (`fit`'s steps_per_call).
+        steps = jax.jit(lambda state, batches: jax.lax.scan(over_seeds(self._step_one), state, batches),
+                        donate_argnums=0)
+        # Evaluation windows are split over the devices like a batch (each device scores its
+        # share); the per-window sums and logits come back whole, so every process reads them all.
+        whole = {} if self.mesh is None else {"out_shardings": replicated}
+        nll = jax.jit(over_seeds(self._nll_one, in_axes=(0, None, None, None)), **whole)
+        logits = jax.jit(over_seeds(self._logits_one, in_axes=(0, None)), **whole)
+        return init, step, steps, nll, logits
 
     # -- host-side API --------------------------------------------------------------------
     def check_seeds(self, seeds) -> list[int]:
@@ -232,3 +308,30 @@ def in_batches(n: int, batch: int) -> list[np.ndarray]:
 def unstack_seed(state, i: int):
     """The state of one seed out of a vmapped (stacked) state."""
     return jax.tree.map(lambda a: a[i], state)
+
+
+class ProgramCache:
+    """Compiled programs shared by the Engines built with this cache (`Engine(..., programs=cache)`): a
+    second Engine of a configuration already built traces and compiles nothing. The key (`Engine.key`)
+    is everything the programs compute with (model config, the optimizer's fields, seed count, loss,
+    metrics, devices, speed, backend); the `maxsize` most recently used are kept. Like any `jax.jit`
+    function they keep what they traced: after editing the library's code in a running session,
+    `clear()` (or a new cache)."""
+
+    def __init__(self, maxsize: int = 32):
+        self.maxsize, self._kept = maxsize, collections.OrderedDict()
+
+    def get(self, key, compile: Callable[[], tuple]) -> tuple:
+        if key in self._kept:
+            self._kept.move_to_end(key)
+            return self._kept[key]
+        compiled = self._kept[key] = compile()
+        while len(self._kept) > self.maxsize:
+            self._kept.popitem(last=False)
+        return compiled
+
+    def clear(self) -> None:
+        self._kept.clear()
+
+    def __len__(self) -> int:
+        return len(self._kept)

@@ -32,7 +32,7 @@ from attention_jax.config import TrainConfig
 from attention_jax.errors import ConfigError, Preempted, TrainingDiverged, note
 from attention_jax.speed.backend import backend_of
 from attention_jax.train.checkpoints import KEEP, Checkpoints, fingerprint
-from attention_jax.train.programs import token_loss
+from attention_jax.train.objective import token_loss
 from attention_jax.train.distributed import is_writer, to_host
 from attention_jax.train.engine import Engine
 from attention_jax.train.tasks import Task

@@ -134,7 +134,7 @@ def greedy_completions(model, tok, world, *, bidirectional: bool = False, max_ne
                               f"the {T}-character context")
         ids = np.stack([tok.encode(p) for p in group])
         if not bidirectional:
-            out = generate(model, ids, max_new, temperature=0)
+            out = np.stack(generate(model, ids, max_new, temperature=0))
         else:
             out, run = _pad_right(ids, T), compiled()
             for n in range(length, length + max_new):
