@@ -284,7 +284,7 @@ def figures(records: dict, settings: dict) -> dict:
 
 
 def run(ctx) -> Result:
-    from experiments.harness.tables import Table
+    from experiments.harness.rows import Table
     tc = ctx.settings
     settings = dict(SHAPES[ctx.preset], train=tc)
     table = Table(ctx)

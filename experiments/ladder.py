@@ -108,7 +108,7 @@ def save_viewer(table, record: dict, path, title: str, tokens: int = 48) -> None
 
 
 def run(ctx) -> Result:
-    from experiments.harness.tables import Table   # loads the corpus: after the flags are checked
+    from experiments.harness.rows import Table   # loads the corpus: after the flags are checked
     table = Table.on_corpus(ctx)
     book = table.book
     records, previous = [], None

@@ -82,7 +82,7 @@ def figure(records: list[dict], title: str):
 
 
 def run(ctx) -> Result:
-    from experiments.harness.tables import Table
+    from experiments.harness.rows import Table
     table = Table.on_corpus(ctx, longest=max(LENGTHS))
     records = []
     for name, cfg in ROWS:

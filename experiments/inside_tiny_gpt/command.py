@@ -32,7 +32,7 @@ def run(ctx) -> Result:
     from attention_jax.data import eval_windows
     from attention_jax.data import tiny_world as tw
     from experiments.harness import rows as row_cache
-    from experiments.harness.tables import Table
+    from experiments.harness.rows import Table
     pm = functools.partial(row_cache.fmt, spec=".3f")     # mean ± std over the seeds
     args, tc, seeds = ctx.args, ctx.settings, ctx.seeds
     if ctx.corpus or ctx.data:

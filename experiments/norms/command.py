@@ -58,7 +58,7 @@ def check_warmup(names, warmup: int, steps: int) -> int:
 
 def run(ctx) -> Result:
     from experiments.harness.rows import fmt
-    from experiments.harness.tables import Table
+    from experiments.harness.rows import Table
     from experiments.plots import curves
     tc = ctx.settings
     warm = check_warmup(ctx.rows, ctx.args.warmup or tc.warmup_steps, tc.steps)

@@ -50,7 +50,7 @@ def claims(r: dict) -> list[dict]:
 def run(ctx) -> Result:
     from attention_jax.data import eval_windows
     from experiments.harness.rows import fmt
-    from experiments.harness.tables import Table
+    from experiments.harness.rows import Table
     table = Table.on_corpus(ctx)
     probe_windows, _ = eval_windows(table.splits[1], ONE_BLOCK.context, max_windows=PROBE_WINDOWS)
     records = []

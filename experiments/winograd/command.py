@@ -118,7 +118,7 @@ def train_pool(ctx, table, spec) -> dict:
 
 def run(ctx) -> Result:
     from attention_jax.data import winograd as wg
-    from experiments.harness.tables import Table
+    from experiments.harness.rows import Table
     args, tc, seeds = ctx.args, ctx.settings, ctx.seeds
     if ctx.data or ctx.corpus:
         raise ConfigError("winograd generates its own sentences: --data/--corpus do not apply; "
