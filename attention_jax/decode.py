@@ -145,16 +145,14 @@ def last(logits, key, temperature, *, greedy: bool, top_k):
     return _draw(logits, key, temperature, greedy, top_k)[0], _finite(logits)
 
 
-def _chunks(total: int, run) -> None:
-    """Call `run(at, count)` over 0 .. total - 1 in chunks sized to take about CHUNK_SECONDS each;
-    `run` returns whether the logits were finite (else NotFinite at the chunk's first token)."""
+def _chunks(total: int):
+    """(at, count) over 0 .. total - 1, each chunk sized to take about CHUNK_SECONDS at the rate the chunks
+    before it ran (the caller computes each chunk between one yield and the next)."""
     at, rate = 0, None
     while at < total:
-        count = FIRST_CHUNK if rate is None else max(1, int(CHUNK_SECONDS * rate))
-        count = min(count, total - at)
+        count = min(FIRST_CHUNK if rate is None else max(1, int(CHUNK_SECONDS * rate)), total - at)
         began = time.perf_counter()
-        if not run(at, count):
-            raise NotFinite(at)
+        yield at, count
         took = time.perf_counter() - began
         rate = None if rate is None and at == 0 and took > CHUNK_SECONDS else count / max(took, 1e-6)
         at += count
@@ -168,41 +166,34 @@ def cached(made, prompt, padding, key, temperature, *, n: int, greedy: bool, top
     graph, empty, state = made
     empty = jax.tree.map(lambda a: jnp.zeros(a.shape, a.dtype), empty)     # made here, given to prefill
     cache, logits = prefill(graph, state, empty, prompt, padding)
-    c = {"cache": cache, "logits": logits, "key": key, "out": jnp.zeros((B, n), jnp.int32), "done": 0}
-
-    def run(at, count):
-        c["cache"], c["logits"], c["key"], c["out"], finite = extend(
-            graph, state, c["cache"], c["logits"], c["key"], temperature, c["out"], at, count, greedy=greedy,
-            top_k=top_k)
-        finite = bool(finite)          # waits for the chunk: a Ctrl-C meanwhile is raised here
-        c["done"] = at + count
-        return finite
-
+    out, done = jnp.zeros((B, n), jnp.int32), 0
     try:
-        _chunks(n - 1, run)
-        token, finite = last(c["logits"], c["key"], temperature, greedy=greedy, top_k=top_k)
+        for at, count in _chunks(n - 1):
+            cache, logits, key, out, finite = extend(graph, state, cache, logits, key, temperature, out, at, count,
+                                                     greedy=greedy, top_k=top_k)
+            if not bool(finite):       # waits for the chunk: a Ctrl-C meanwhile is raised here
+                raise NotFinite(at)
+            done = at + count
+        token, finite = last(logits, key, temperature, greedy=greedy, top_k=top_k)
         finite = bool(finite)
     except KeyboardInterrupt:
-        raise Stopped(np.concatenate([np.asarray(prompt), np.asarray(c["out"])[:, :c["done"]]], 1), c["done"]) from None
+        raise Stopped(np.concatenate([np.asarray(prompt), np.asarray(out)[:, :done]], 1), done) from None
     if not finite:
         raise NotFinite(n - 1)
-    return np.concatenate([np.asarray(prompt), np.asarray(c["out"].at[:, n - 1].set(token))], axis=1)
+    return np.concatenate([np.asarray(prompt), np.asarray(out.at[:, n - 1].set(token))], axis=1)
 
 
 def windows(graphdef, state, buf, lengths, key, temperature, *, n: int, greedy: bool, top_k) -> np.ndarray:
     """Uncached: `n` new tokens for each row of `buf` (its prompt `lengths[b]` long, padded on the right),
     each step a whole window of `context` tokens; the buffer back, [B, max(context, P + n)]."""
-    carry = {"buf": buf, "key": key}
-    done = [0]
-
-    def run(at, count):
-        carry["buf"], carry["key"], finite = _windows(graphdef, state, carry["buf"], lengths, carry["key"],
-                                                      temperature, at, count, greedy=greedy, top_k=top_k)
-        finite = bool(finite)          # waits for the chunk: a Ctrl-C meanwhile is raised here
-        done[0] = at + count
-        return finite
+    done = 0
     try:
-        _chunks(n, run)
+        for at, count in _chunks(n):
+            buf, key, finite = _windows(graphdef, state, buf, lengths, key, temperature, at, count, greedy=greedy,
+                                        top_k=top_k)
+            if not bool(finite):       # waits for the chunk: a Ctrl-C meanwhile is raised here
+                raise NotFinite(at)
+            done = at + count
     except KeyboardInterrupt:
-        raise Stopped(np.asarray(carry["buf"]), done[0]) from None
-    return np.asarray(carry["buf"])
+        raise Stopped(np.asarray(buf), done) from None
+    return np.asarray(buf)

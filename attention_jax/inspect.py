@@ -29,6 +29,7 @@ from attention_jax.errors import ConfigError
 from attention_jax.fingerprint import Keyed
 from attention_jax.swap import replaced, select, swap  # noqa: F401  (part of inspect's API)
 from attention_jax.model import Bidirectional, Head, Hook, LanguageModel, MultiHeadAttention
+from attention_jax.speed.swap import forms_of
 
 
 def count_params(config: ModelConfig) -> int:
@@ -99,7 +100,6 @@ def _hook_paths(model, patterns: Iterable[str] | None) -> dict[str, str]:
     chosen = {n: p for n, p in found.items() if any(fnmatch.fnmatchcase(n, pat) for pat in patterns)}
     missing = [pat for pat in patterns if not any(fnmatch.fnmatchcase(n, pat) for n in found)]
     if missing:
-        from attention_jax.speed import forms_of
         fast = sorted(p for p, form in forms_of(model).items() if form != "reference")
         why = (f" ({', '.join(fast)} computed by a faster form: speed.fast is on, and scores and weights exist "
                "in the model as built only)" if fast else "")
