@@ -13,6 +13,11 @@ biases, which no edge carries): `run` computes it that way, so patching an edge 
 sender's term in one receiver's input by that sender's output in another run (the residual
 rewrite), and every edge patched at once is the other run. With no edge patched it is the model,
 to float rounding (the sum is taken in another order).
+
+A post-norm model normalises the stream after each sub-layer, `LN(x + f(x))`, so no input past
+the first is a sum of outputs: there each LayerNorm is a node too ("0.ln1", "0.ln2"), whose input
+is the sum of the stream before it and what the sub-layer wrote, and the heads, the FFN and the
+logits read the latest LayerNorm's output alone (one edge each).
 """
 from __future__ import annotations
 
@@ -28,8 +33,8 @@ from attention_jax.errors import ConfigError
 @dataclasses.dataclass(frozen=True)
 class Graph:
     """Senders and receivers by name, in the order the model computes them, and the edges as
-    (sender, receiver) index pairs: a sender feeds every receiver after it (a head does not feed its
-    own block's heads)."""
+    (sender, receiver) index pairs: pre-norm, a sender feeds every receiver after it (a head does not
+    feed its own block's heads); post-norm, see the module's text."""
     senders: tuple[str, ...]
     receivers: tuple[str, ...]
     edges: tuple[tuple[int, int], ...]
@@ -63,15 +68,14 @@ def _check(model) -> None:
     if not cfg.residual:
         raise ConfigError("the model has no residual stream (residual=False): no input is a sum of senders' "
                           "outputs, so it has no edges to patch")
-    if cfg.layer_norm and cfg.norm == "post":
-        raise ConfigError("a post-norm model normalises the stream between blocks, so no input is a sum of "
-                          "senders' outputs: edges need norm='pre' (or layer_norm=False)")
 
 
 def graph_of(model) -> Graph:
     """The edge graph of `model` (`LanguageModel`); a model whose inputs are not sums is refused in one line."""
     _check(model)
     cfg = model.config
+    if _post(cfg):
+        return _post_graph(model)
     senders, receivers, edges = ["embed"], [], []
     for i, block in enumerate(model.blocks):
         before = len(senders)                # a block's mixer reads what was written before it
@@ -92,6 +96,39 @@ def graph_of(model) -> Graph:
             senders.append(f"{i}.ffn")
     edges += [(s, len(receivers)) for s in range(len(senders))]
     receivers.append("logits")
+    return Graph(tuple(senders), tuple(receivers), tuple(edges))
+
+
+def _post(cfg) -> bool:
+    return cfg.layer_norm and cfg.norm == "post"
+
+
+def _post_graph(model) -> Graph:
+    """A post-norm model's graph: each LayerNorm's input the stream before it plus what its sub-layer wrote."""
+    cfg, senders, receivers, edges = model.config, ["embed"], [], []
+    stream = 0                                # the sender every head, FFN and the logits read
+
+    def receive(name, sources):
+        edges.extend((s, len(receivers)) for s in sources)
+        receivers.append(name)
+
+    def write(name):
+        senders.append(name)
+        return len(senders) - 1
+    for i, block in enumerate(model.blocks):
+        if block.mixer is not None:
+            heads = [f"{i}.h{h}" for h in range(cfg.heads_used)] if cfg.heads_used else [f"{i}.mixer"]
+            for r in ([f"{head}.{c}" for c in "qkv" for head in heads] if cfg.heads_used else heads):
+                receive(r, [stream])
+            written = [write(h) for h in heads]
+            receive(f"{i}.ln1", [stream, *written])
+            stream = write(f"{i}.ln1")
+        if block.ffn is not None:
+            receive(f"{i}.ffn", [stream])
+            ffn = write(f"{i}.ffn")
+            receive(f"{i}.ln2", [stream, ffn])
+            stream = write(f"{i}.ln2")
+    receive("logits", [stream])
     return Graph(tuple(senders), tuple(receivers), tuple(edges))
 
 
@@ -155,6 +192,8 @@ def run_edge(model, graph: Graph, tokens, others, edge, *, start: int = 0, mine=
 def _forward(model, tokens, others, mask, edge=None, begin=None):
     """(logits, every sender's output); `mask` and `edge` None: no edge patched. `begin`: (block, senders
     and receivers before it, this run's sender outputs) to start at that block."""
+    if _post(model.config):
+        return _forward_post(model, tokens, others, mask, edge, begin)
     cfg, ln = model.config, (lambda norm: (lambda x: x) if norm is None else norm)
     start = 0 if begin is None else begin[0]
     if begin is None:
@@ -187,3 +226,41 @@ def _forward(model, tokens, others, mask, edge=None, begin=None):
             outs.append(block.ffn(ln(block.ln2)(inputs(1)[0])))
             r += 1
     return model.unembed(inputs(1)[0]), jnp.stack(outs)
+
+
+def _forward_post(model, tokens, others, mask, edge, begin):
+    """`_forward` of a post-norm model: each receiver's input the sum of its own senders' outputs."""
+    cfg, start = model.config, 0 if begin is None else begin[0]
+    if begin is None:
+        outs, r = [model.embed(tokens)], 0
+    else:
+        _, senders, r, mine = begin
+        outs = list(mine[:senders])
+    stream = len(outs) - 1                   # the last output before a block is its stream: a LayerNorm's, or embed
+
+    def inputs(n, senders, bias=0.0):        # the next n receivers' inputs [n, B, T, D], each reading `senders`
+        here, which = jnp.stack([outs[s] for s in senders]), np.asarray(senders)
+        x = here.sum(0) + bias
+        if edge is not None:
+            at, hit = edge[1] - r, which == edge[0]
+            delta = jnp.where(hit.any() & (at >= 0) & (at < n), others[edge[0]] - here[jnp.argmax(hit)], 0.0)
+            return x[None] + jnp.where((jnp.arange(n) == at)[:, None, None, None], delta[None], 0.0)
+        if mask is None:
+            return jnp.broadcast_to(x, (n, *x.shape))
+        return x[None] + jnp.einsum("sr,sBTD->rBTD", mask[which, r:r + n], others[which] - here)
+
+    def write(value):
+        outs.append(value)
+        return len(outs) - 1
+    for block in list(model.blocks)[start:]:
+        if block.mixer is not None:
+            if cfg.heads_used:
+                heads, bias = _heads(block, lambda x: x, inputs(3 * cfg.heads_used, [stream]), cfg)
+                r, written = r + 3 * cfg.heads_used, [write(h) for h in heads]
+            else:
+                bias, written, r = 0.0, [write(block.mixer(inputs(1, [stream])[0]))], r + 1
+            stream, r = write(block.ln1(inputs(1, [stream, *written], bias)[0])), r + 1
+        if block.ffn is not None:
+            ffn, r = write(block.ffn(inputs(1, [stream])[0])), r + 1
+            stream, r = write(block.ln2(inputs(1, [stream, ffn])[0])), r + 1
+    return model.unembed(inputs(1, [stream])[0]), jnp.stack(outs)

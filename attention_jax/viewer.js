@@ -172,14 +172,17 @@ function circuitViewer(root, d) {
     for (const [k, v] of Object.entries(attrs)) e.setAttribute(k, v); if (text !== undefined) e.textContent = text; return e; };
   const sv = (tag, attrs = {}) => { const e = document.createElementNS(SVG, tag);
     for (const [k, v] of Object.entries(attrs)) e.setAttribute(k, v); return e; };
+  // A post-norm model's LayerNorms are nodes too: each below its sub-layer's column, on a row of their own.
+  const norms = d.nodes.some(n => /\.ln[12]$/.test(n)), rows = Math.max(1, d.heads) + (norms ? 1 : 0);
   const place = n => {   // [column, row] of a node: embed, then each block's heads (or mixer) and FFN, then the logits
     if (n === "embed") return [0, -1];
     if (n === "logits") return [2 * d.blocks + 1, -1];
     const [b, part] = n.split("."); const i = +b;
+    if (part === "ln1" || part === "ln2") return [2 * i + (part === "ln1" ? 1 : 2), rows - 1];
     return part === "ffn" ? [2 * i + 2, -1] : [2 * i + 1, part.startsWith("h") ? +part.slice(1) : -1];
   };
-  const rows = Math.max(1, d.heads), W = 110 * (2 * d.blocks + 2) + 40, H = 46 * rows + 60;
-  const xy = n => { const [c, r] = place(n); return [40 + 110 * c, r < 0 ? 30 + 46 * (rows - 1) / 2 : 30 + 46 * r]; };
+  const W = 110 * (2 * d.blocks + 2) + 40, H = 46 * rows + 60, middle = (norms ? rows - 2 : rows - 1) / 2;
+  const xy = n => { const [c, r] = place(n); return [40 + 110 * c, 30 + 46 * (r < 0 ? middle : r)]; };
   let big = 1e-12;
   for (const e of d.edges) big = Math.max(big, Math.abs(e.effect));
   root.style.cssText = "font: 13px system-ui, sans-serif; color: #222; max-width: 980px";

@@ -1,5 +1,6 @@
 """attention_jax.discovery: every edge's exact effect equals TransformerLens' loop of patched forwards on the
-same weights; the gradient estimates are the exact effect's first order and integral; circuits reach the logits."""
+same weights; the gradient estimates are the exact effect's first order and integral; circuits reach the logits;
+pre-norm and post-norm models alike."""
 import dataclasses
 
 import numpy as np
@@ -16,10 +17,10 @@ from attention_jax.patching import normalized_logit_diff
 from helpers import gpt2_texts, tl_bridge
 
 
-@pytest.fixture(scope="module")
-def case():
+@pytest.fixture(scope="module", params=["pre", "post"])
+def case(request):
     cfg = ModelConfig(vocab_size=23, context=8, d_model=16, n_heads=2, n_layers=2, mixer="heads", qkv_bias=True,
-                      bias=True)
+                      bias=True, norm=request.param)
     model = LanguageModel(cfg, rngs=nnx.Rngs(3))
     clean = np.array([[1, 2, 3, 4, 5, 6, 7, 8], [3, 1, 4, 1, 5, 9, 2, 6]])
     corrupted = np.array([[1, 2, 9, 4, 5, 6, 7, 8], [3, 1, 4, 1, 7, 9, 2, 6]])
@@ -108,9 +109,9 @@ def test_models_whose_inputs_are_not_sums_and_bad_arguments_are_refused(case):
         edge_patch(*case, batch_size=0)
     with pytest.raises(ConfigError, match="one shape"):
         edge_patch(model, clean, corrupted[:, :5], metric)
-    post = LanguageModel(dataclasses.replace(model.config, norm="post"), rngs=nnx.Rngs(0))
-    with pytest.raises(ConfigError, match="post-norm"):
-        edge_patch(post, clean, corrupted, metric)
+    plain = LanguageModel(dataclasses.replace(model.config, residual=False), rngs=nnx.Rngs(0))
+    with pytest.raises(ConfigError, match="no residual stream"):
+        edge_patch(plain, clean, corrupted, metric)
     with pytest.raises(ConfigError, match="at least one set"):
         patch_paths(*case)
 

@@ -19,6 +19,10 @@ CONFIGS = {
     "attention_only_rope": {"feed_forward": False, "positions": "rope"},
     "alibi_untied_biases": {"positions": "alibi", "tie_embeddings": False, "qkv_bias": True, "bias": True},
     "no_layer_norm_post": {"layer_norm": False, "norm": "post"},
+    "post_norm": {"norm": "post"},
+    "post_norm_rope": {"norm": "post", "positions": "rope", "n_layers": 3},
+    "post_norm_one_head_biases": {"norm": "post", "mixer": "head", "n_heads": 1, "bias": True, "qkv_bias": True},
+    "post_norm_average": {"norm": "post", "mixer": "average", "n_heads": 1},
 }
 CLEAN = np.array([[1, 2, 3, 4, 5, 6, 7, 8], [3, 1, 4, 1, 5, 9, 2, 6]])
 CORRUPTED = np.array([[1, 2, 9, 4, 5, 6, 7, 8], [3, 1, 4, 1, 7, 9, 2, 6]])
@@ -79,11 +83,21 @@ def test_a_mask_in_between_is_a_share_of_each_run_and_differentiable():
     assert float(jnp.abs(grad[off]).max()) == 0.0 and float(jnp.abs(grad[s, r]).max()) > 0
 
 
-@pytest.mark.parametrize("change, line", [({"residual": False}, "no residual stream"),
-                                          ({"norm": "post"}, "post-norm")])
-def test_a_model_whose_inputs_are_not_sums_is_refused(change, line):
-    with pytest.raises(ConfigError, match=line):
-        edges.graph_of(LanguageModel(dataclasses.replace(BASE, **change), rngs=nnx.Rngs(0)))
+def test_a_model_whose_inputs_are_not_sums_is_refused():
+    with pytest.raises(ConfigError, match="no residual stream"):
+        edges.graph_of(LanguageModel(dataclasses.replace(BASE, residual=False), rngs=nnx.Rngs(0)))
+
+
+def test_the_graph_of_a_post_norm_model_has_its_layer_norms_as_nodes():
+    g = edges.graph_of(_model("post_norm"))
+    assert g.senders == ("embed", "0.h0", "0.h1", "0.ln1", "0.ffn", "0.ln2", "1.h0", "1.h1", "1.ln1", "1.ffn",
+                         "1.ln2")
+    names = g.names()
+    assert [n for n in names if n.endswith("->0.ln1")] == ["embed->0.ln1", "0.h0->0.ln1", "0.h1->0.ln1"]
+    assert [n for n in names if n.startswith("0.ln2->")] == [f"0.ln2->1.h{h}.{c}" for c in "qkv" for h in (0, 1)] \
+        + ["0.ln2->1.ln1"]
+    assert "embed->1.h0.q" not in names and "1.ln2->logits" in names and "1.ffn->logits" not in names
+    assert len(names) == 2 * (6 + 3 + 1 + 2) + 1
 
 
 def test_a_mask_of_another_graph_is_refused():
@@ -107,3 +121,52 @@ def test_one_edge_patched_alone_equals_its_mask_from_the_first_block_or_its_own(
         for begin in {0, start}:
             got = edges.run_edge(model, g, CLEAN, others, jnp.asarray([s, r]), start=begin, mine=mine)
             np.testing.assert_allclose(got, want, atol=2e-5 * scale, err_msg=f"{g.names()[e]}, from block {begin}")
+
+
+def _by_hooks(model, edge: str, clean, corrupted):
+    """Logits of `clean` with one post-norm edge patched, written with the model's own hook points: the
+    receiver's input changed by the other run's term of that one sender, nothing else."""
+    from attention_jax.inspect import patched, run_with_cache
+    _, mine = run_with_cache(model, clean)
+    _, other = run_with_cache(model, corrupted)
+    sender, receiver = edge.split("->")
+    node, role = edges.receiver_node(receiver)
+    i = receiver.split(".")[0]
+
+    def at_head(name, h):                    # [B, H, T, D]: head h's from the other run
+        return {name: lambda v: v.at[:, h].set(other[name][:, h])}
+
+    def plus(name, was):                     # the sub-layer's output plus the stream's change (its residual term)
+        return {name: lambda v: v + other[was] - mine[was]}
+    if receiver == "logits":
+        patch = {"final": lambda v: other["final"]}
+    elif role is not None:                   # a head's query, key or value input: that head's q, k or v
+        patch = at_head(f"blocks.{i}.mixer.{role}", int(node.split(".h")[1]))
+    elif receiver.endswith(".ln1"):
+        patch = (at_head(f"blocks.{i}.mixer.z", int(sender.split(".h")[1])) if ".h" in sender else
+                 plus(f"blocks.{i}.mixer_out", f"blocks.{i}.resid_pre"))
+    elif receiver.endswith(".ffn") or sender.endswith(".ffn"):    # the FFN reads the stream alone, writes to ln2 alone
+        patch = {f"blocks.{i}.ffn_out": lambda v: other[f"blocks.{i}.ffn_out"]}
+    else:
+        patch = plus(f"blocks.{i}.ffn_out", f"blocks.{i}.resid_mid")
+    with patched(model, patch):
+        return model(clean)
+
+
+@pytest.mark.parametrize("name", ["post_norm", "post_norm_rope"])
+def test_every_post_norm_edge_patched_equals_its_patch_by_the_models_own_hooks(name):
+    """An oracle written apart from the rewrite: each edge's logits equal the same change made on the model
+    as built through its hook points (a head's q/k/v, z, the sub-layers' outputs, the final stream)."""
+    model = _model(name)
+    g = edges.graph_of(model)
+    others, mine = (edges.outputs(model, jnp.asarray(t)) for t in (CORRUPTED, CLEAN))
+    scale = float(jnp.std(model(CLEAN)))
+    moved = 0
+    for e, edge in enumerate(g.names()):
+        want = _by_hooks(model, edge, jnp.asarray(CLEAN), jnp.asarray(CORRUPTED))
+        start = edges.block_of(g.receivers[g.edges[e][1]], model.config.n_layers)
+        for got in (edges.run(model, g, CLEAN, others, g.mask([e])),          # the mask, and the one edge alone
+                    edges.run_edge(model, g, CLEAN, others, jnp.asarray(g.edges[e]), start=start, mine=mine)):
+            np.testing.assert_allclose(got, want, atol=2e-5 * scale, err_msg=edge)
+        moved += float(jnp.abs(want - model(CLEAN)).max()) > 1e-3 * scale
+    assert moved > len(g.edges) // 2                  # the patches change the logits: the comparison means something

@@ -20,8 +20,8 @@ ARGS = ["--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run", "--
         "--disable-component-update", "--disable-sync"]
 
 
-def tiny(T=12, layers=2, heads=4):
-    model = LanguageModel(ModelConfig(vocab_size=64, context=T, d_model=32, n_layers=layers, n_heads=heads),
+def tiny(T=12, layers=2, heads=4, **change):
+    model = LanguageModel(ModelConfig(vocab_size=64, context=T, d_model=32, n_layers=layers, n_heads=heads, **change),
                           rngs=nnx.Rngs(0))
     ids = np.random.default_rng(0).integers(0, 64, T)
     return model, ids
@@ -237,10 +237,10 @@ def test_two_views_in_one_page_both_draw_and_a_large_sweep_draws(browser, tmp_pa
     page.close()
 
 
-def _edge_scores():
+def _edge_scores(**change):
     from attention_jax.discovery import edge_patch
     from attention_jax.patching import normalized_logit_diff
-    model, _ = tiny(T=8)
+    model, _ = tiny(T=8, **change)
     clean = np.random.default_rng(0).integers(0, 64, (2, 8))
     corrupted = clean.copy()
     corrupted[:, 2] = (clean[:, 2] + 5) % 64
@@ -263,6 +263,19 @@ def test_the_circuit_view_draws_each_edge_and_reads_it_back_on_hover(browser, tm
     assert page.text_content(".ajc-tip") == f"{name}: {scores.effect[scores.graph.index(name)]:.4f}"
     assert "<b>found</b>" in page.text_content(".ajc") and page.query_selector(".ajc b") is None   # the title as text
     assert errors == [] and [u for u in asked if not u.startswith("file:")] == []
+    page.close()
+
+
+@pytest.mark.slow
+def test_a_post_norm_circuit_draws_its_layer_norms_apart_from_every_other_node(browser, tmp_path):
+    scores = _edge_scores(norm="post")
+    page, _, errors = open_page(browser, viewer.CircuitView(scores, scores.graph.names()).save(tmp_path / "p.html"),
+                                "ajc")
+    nodes = page.eval_on_selector_all(".ajc-node", "gs => gs.map(g => [g.dataset.node, g.firstChild.getAttribute('cx'), "
+                                                   "g.firstChild.getAttribute('cy')])")
+    assert [n for n, _, _ in nodes] == [*scores.graph.senders, "logits"] and "0.ln1" in scores.graph.senders
+    assert len({(x, y) for _, x, y in nodes}) == len(nodes)                 # no node drawn over another
+    assert page.get_attribute(".ajc", "data-edges") == str(len(scores.graph.edges)) and errors == []
     page.close()
 
 
