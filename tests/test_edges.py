@@ -153,6 +153,7 @@ def _by_hooks(model, edge: str, clean, corrupted):
         return model(clean)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("name", ["post_norm", "post_norm_rope"])
 def test_every_post_norm_edge_patched_equals_its_patch_by_the_models_own_hooks(name):
     """An oracle written apart from the rewrite: each edge's logits equal the same change made on the model
