@@ -74,7 +74,7 @@ def test_load_model_reproduces_the_rows_val_perplexity_exactly(trained):
     engine, state = table(folder).restore(record)
     _, val = splits()
     assert float(engine.perplexity(state, val)[0]) == record["val_ppl"]
-    model = table(folder).load_model(record)
+    model = rows.load_model(record, folder)                   # a Result's record and folder, as the notebook does
     model.eval()
     x = val[:64].reshape(2, 32)
     np.testing.assert_allclose(np.asarray(model(x)), np.asarray(engine.logits(state, x)), atol=1e-5)

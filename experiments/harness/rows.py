@@ -178,6 +178,33 @@ def _write(path: pathlib.Path, record: dict) -> None:
     report.atomic_write(path, json.dumps({**data, "digest": _digest(data)}, indent=1))
 
 
+def restore_state(record: dict, folder) -> tuple:
+    """(engine, state) of a finished row, from the checkpoint its training left in `folder`."""
+    from attention_jax.errors import CheckpointError
+    from attention_jax.train import Checkpoints
+    engine = _engine(record)
+    workdir = pathlib.Path(folder) / "runs" / record["key"]
+    if not (workdir / "checkpoints").is_dir():
+        raise CheckpointError(f"row {record['name']!r} has no checkpoint in {workdir}; rerun its table with "
+                              "--fresh to train it again")
+    ckpt = Checkpoints(workdir, engine.train_config.checkpoint_every, record["fingerprint"], resume=True)
+    try:
+        step, state = ckpt.restore(engine.abstract_state(record["seeds"]))
+    finally:
+        ckpt.close()
+    if step != record["steps"]:
+        raise CheckpointError(f"row {record['name']!r}: the checkpoint in {workdir} holds step {step}, not the "
+                              f"finished step {record['steps']}; rerun its table with --fresh")
+    return engine, engine.replicate(state)
+
+
+def load_model(record: dict, folder, *, seed: int = 0):
+    """A finished row's trained model (an NNX `LanguageModel`), reopened from its checkpoint in `folder`
+    (a Result's `folder`, or a table's)."""
+    engine, state = restore_state(record, folder)
+    return engine.model(state, record["seeds"].index(seed))
+
+
 @dataclasses.dataclass
 class Table:
     ctx: Context
@@ -299,28 +326,11 @@ class Table:
         return record
 
     def restore(self, record: dict):
-        """(engine, state) of a finished row, from the checkpoint its training left."""
-        from attention_jax.errors import CheckpointError
-        from attention_jax.train import Checkpoints
-        engine = _engine(record)
-        workdir = pathlib.Path(self.ctx.folder) / "runs" / record["key"]
-        if not (workdir / "checkpoints").is_dir():
-            raise CheckpointError(f"row {record['name']!r} has no checkpoint in {workdir}; rerun its table with "
-                                  "--fresh to train it again")
-        ckpt = Checkpoints(workdir, engine.train_config.checkpoint_every, record["fingerprint"], resume=True)
-        try:
-            step, state = ckpt.restore(engine.abstract_state(record["seeds"]))
-        finally:
-            ckpt.close()
-        if step != record["steps"]:
-            raise CheckpointError(f"row {record['name']!r}: the checkpoint in {workdir} holds step {step}, not the "
-                                  f"finished step {record['steps']}; rerun its table with --fresh")
-        return engine, engine.replicate(state)
+        """(engine, state) of a finished row, from its checkpoint."""
+        return restore_state(record, self.ctx.folder)
 
     def load_model(self, record: dict, *, seed: int = 0):
-        """A finished row's trained model (an NNX `LanguageModel`), reopened from its checkpoint."""
-        engine, state = self.restore(record)
-        return engine.model(state, record["seeds"].index(seed))
+        return load_model(record, self.ctx.folder, seed=seed)
 
     def describe(self) -> dict:
         """What results.json says about the data."""
