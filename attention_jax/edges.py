@@ -180,41 +180,66 @@ def outputs(model, tokens):
 
 def run_edge(model, graph: Graph, tokens, others, edge, *, start: int = 0, mine=None):
     """`run` with the one edge (sender, receiver) = `edge` (an int pair, traced or not) patched: the same
-    logits, the other run's term added to that one receiver alone, not a mask summed over every sender.
-    `start`: an edge into block `start` or later (the logits: `n_layers`) changes nothing before that
-    block, so the run begins there from `mine`, every sender's output on `tokens` (`outputs`)."""
-    if not start:
-        return _forward(model, tokens, others, None, edge)[0]
-    before = lambda names: sum(1 for n in names if block_of(n, model.config.n_layers) < start)
-    return _forward(model, tokens, others, None, edge, (start, before(graph.senders), before(graph.receivers), mine))[0]
+    logits, computed with the model's own blocks, the other run's term of that sender added to that one
+    receiver's input. `start`: the edge goes into block `start` or later (the logits: `n_layers`), so
+    the blocks before it run as they are: under `vmap` over edges they are computed once. `mine`:
+    every sender's output on `tokens` (`outputs`; computed here when None)."""
+    cfg = model.config
+    mine = outputs(model, tokens) if mine is None else mine
+    delta = others[edge[0]] - mine[edge[0]]
+    first = {block_of(name, cfg.n_layers): r for r, name in reversed(list(enumerate(graph.receivers)))}
+    x = model.embed(tokens)
+    for i, block in enumerate(model.blocks):
+        x = block(x) if i < start else _block_with_edge(block, cfg, x, delta, edge[1] - first.get(i, -10**6))
+    return model.unembed(x + jnp.where(edge[1] == len(graph.receivers) - 1, 1.0, 0.0) * delta)
 
 
-def _forward(model, tokens, others, mask, edge=None, begin=None):
-    """(logits, every sender's output); `mask` and `edge` None: no edge patched. `begin`: (block, senders
-    and receivers before it, this run's sender outputs) to start at that block."""
+def _block_with_edge(block, cfg, x, delta, at):
+    """One block as the model computes it, with `delta` added to the input of its `at`-th receiver (in the
+    graph's order; none when `at` falls outside the block)."""
+    post, slot = _post(cfg), 0
+    into = lambda k: jnp.where(at == k, 1.0, 0.0) * delta          # the delta, where receiver k is the one
+    if block.mixer is not None:
+        ln = (lambda v: v) if post or block.ln1 is None else block.ln1
+        if cfg.heads_used:
+            y, slot = _heads_with_edge(block.mixer, ln, x, delta, at, cfg.heads_used), 3 * cfg.heads_used
+        else:
+            y, slot = block.mixer(ln(x + into(0))), 1
+        x, slot = (block.ln1(x + y + into(slot)), slot + 1) if post else (x + y, slot)
+    if block.ffn is not None:
+        ln = (lambda v: v) if post or block.ln2 is None else block.ln2
+        y = block.ffn(ln(x + into(slot)))
+        x = block.ln2(x + y + into(slot + 1)) if post else x + y
+    return x
+
+
+def _heads_with_edge(mixer, ln, x, delta, at, H: int):
+    """The mixer's output [B, T, D] with receiver `at` (q of every head, then k's, then v's) fed its own
+    input x + delta; the other heads' inputs x. Only that head's projection is computed twice."""
+    q, k, v = mixer.project(ln(x))                                 # [B, H, T, d] each
+    w, b = mixer.head_weights(), mixer.head_biases()
+    role, head = jnp.clip(at // H, 0, 2), at % H
+    weight = jnp.stack([w["q"], w["k"], w["v"]])[role, head]        # [D, d]
+    own = jnp.einsum("BTD,Dd->BTd", ln(x + delta), weight) + jnp.stack([b["q"], b["k"], b["v"]])[role, head]
+    hit = (at >= 0) & (at < 3 * H) & (jnp.arange(H) == head)[:, None, None]
+    q, k, v = (jnp.where(hit & (role == c), own[:, None], a) for c, a in enumerate((q, k, v)))
+    return mixer.output(mixer._attend(q, k, v))
+
+
+def _forward(model, tokens, others, mask):
+    """(logits, every sender's output); `mask` None: no edge patched."""
     if _post(model.config):
-        return _forward_post(model, tokens, others, mask, edge, begin)
+        return _forward_post(model, tokens, others, mask)
     cfg, ln = model.config, (lambda norm: (lambda x: x) if norm is None else norm)
-    start = 0 if begin is None else begin[0]
-    if begin is None:
-        outs, bias, r = [model.embed(tokens)], 0.0, 0
-    else:
-        _, senders, r, mine = begin
-        outs = list(mine[:senders])
-        bias = sum((_out_bias(b) for b in model.blocks[:start] if b.mixer is not None and cfg.heads_used), 0.0)
+    outs, bias, r = [model.embed(tokens)], 0.0, 0
 
     def inputs(n):                       # the next n receivers' inputs [n, B, T, D]
         here = jnp.stack(outs)
         stream = here.sum(0) + bias
-        if edge is not None:             # its sender is written before its receiver reads, or it is elsewhere
-            s, at = jnp.minimum(edge[0], len(outs) - 1), edge[1] - r
-            hit = (edge[0] < len(outs)) & (at >= 0) & (at < n)
-            delta = jnp.where(hit, others[s] - here[s], 0.0)
-            return stream[None] + jnp.where((jnp.arange(n) == at)[:, None, None, None], delta[None], 0.0)
         if mask is None:
             return jnp.broadcast_to(stream, (n, *stream.shape))
         return stream[None] + jnp.einsum("sr,sBTD->rBTD", mask[:len(outs), r:r + n], others[:len(outs)] - here)
-    for block in list(model.blocks)[start:]:
+    for block in model.blocks:
         if block.mixer is not None and cfg.heads_used:
             heads, b = _heads(block, ln(block.ln1), inputs(3 * cfg.heads_used), cfg)
             r, bias = r + 3 * cfg.heads_used, bias + b
@@ -228,23 +253,14 @@ def _forward(model, tokens, others, mask, edge=None, begin=None):
     return model.unembed(inputs(1)[0]), jnp.stack(outs)
 
 
-def _forward_post(model, tokens, others, mask, edge, begin):
+def _forward_post(model, tokens, others, mask):
     """`_forward` of a post-norm model: each receiver's input the sum of its own senders' outputs."""
-    cfg, start = model.config, 0 if begin is None else begin[0]
-    if begin is None:
-        outs, r = [model.embed(tokens)], 0
-    else:
-        _, senders, r, mine = begin
-        outs = list(mine[:senders])
-    stream = len(outs) - 1                   # the last output before a block is its stream: a LayerNorm's, or embed
+    cfg, outs, r = model.config, [model.embed(tokens)], 0
+    stream = 0                               # the sender every head, FFN and the logits read
 
     def inputs(n, senders, bias=0.0):        # the next n receivers' inputs [n, B, T, D], each reading `senders`
         here, which = jnp.stack([outs[s] for s in senders]), np.asarray(senders)
         x = here.sum(0) + bias
-        if edge is not None:
-            at, hit = edge[1] - r, which == edge[0]
-            delta = jnp.where(hit.any() & (at >= 0) & (at < n), others[edge[0]] - here[jnp.argmax(hit)], 0.0)
-            return x[None] + jnp.where((jnp.arange(n) == at)[:, None, None, None], delta[None], 0.0)
         if mask is None:
             return jnp.broadcast_to(x, (n, *x.shape))
         return x[None] + jnp.einsum("sr,sBTD->rBTD", mask[which, r:r + n], others[which] - here)
@@ -252,7 +268,7 @@ def _forward_post(model, tokens, others, mask, edge, begin):
     def write(value):
         outs.append(value)
         return len(outs) - 1
-    for block in list(model.blocks)[start:]:
+    for block in model.blocks:
         if block.mixer is not None:
             if cfg.heads_used:
                 heads, bias = _heads(block, lambda x: x, inputs(3 * cfg.heads_used, [stream]), cfg)
