@@ -182,16 +182,27 @@ def run_edge(model, graph: Graph, tokens, others, edge, *, start: int = 0, mine=
     """`run` with the one edge (sender, receiver) = `edge` (an int pair, traced or not) patched: the same
     logits, computed with the model's own blocks, the other run's term of that sender added to that one
     receiver's input. `start`: the edge goes into block `start` or later (the logits: `n_layers`), so
-    the blocks before it run as they are: under `vmap` over edges they are computed once. `mine`:
-    every sender's output on `tokens` (`outputs`; computed here when None)."""
+    the run begins there, from the stream `mine` (every sender's output on `tokens`, `outputs`;
+    computed here when None) gives it: under `vmap` over edges, computed once."""
     cfg = model.config
     mine = outputs(model, tokens) if mine is None else mine
     delta = others[edge[0]] - mine[edge[0]]
     first = {block_of(name, cfg.n_layers): r for r, name in reversed(list(enumerate(graph.receivers)))}
-    x = model.embed(tokens)
-    for i, block in enumerate(model.blocks):
-        x = block(x) if i < start else _block_with_edge(block, cfg, x, delta, edge[1] - first.get(i, -10**6))
+    x = _stream_at(model, graph, mine, start)
+    for i, block in list(enumerate(model.blocks))[start:]:
+        x = _block_with_edge(block, cfg, x, delta, edge[1] - first.get(i, -10**6))
     return model.unembed(x + jnp.where(edge[1] == len(graph.receivers) - 1, 1.0, 0.0) * delta)
+
+
+def _stream_at(model, graph: Graph, mine, start: int):
+    """The residual stream entering block `start` (the logits: `n_layers`) in the run whose sender outputs
+    are `mine`: pre-norm, their sum and the output projections' biases; post-norm, the last one's."""
+    cfg = model.config
+    before = sum(1 for n in graph.senders if block_of(n, cfg.n_layers) < start)
+    if _post(cfg):
+        return mine[before - 1]
+    heads = [b for b in model.blocks[:start] if b.mixer is not None and cfg.heads_used]
+    return mine[:before].sum(0) + sum((_out_bias(b) for b in heads), 0.0)
 
 
 def _block_with_edge(block, cfg, x, delta, at):
