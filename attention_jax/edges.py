@@ -191,7 +191,7 @@ def run_edge(model, graph: Graph, tokens, others, edge, *, start: int = 0, mine=
     x = _stream_at(model, graph, mine, start)
     for i, block in list(enumerate(model.blocks))[start:]:
         x = _block_with_edge(block, cfg, x, delta, edge[1] - first.get(i, -10**6))
-    return model.unembed(x + jnp.where(edge[1] == len(graph.receivers) - 1, 1.0, 0.0) * delta)
+    return model.unembed(x + jnp.where(edge[1] == first[cfg.n_layers], 1.0, 0.0) * delta)   # into the logits
 
 
 def _stream_at(model, graph: Graph, mine, start: int):

@@ -96,8 +96,9 @@ def _prepared(model, speed, weights, backend):
     return nnx.split(model)
 
 
-def _prompts(prompt, vocab: int) -> list[np.ndarray]:
-    """The prompt as a list of 1-D id arrays (one per row), or one line why it is none."""
+def _prompts(prompt, vocab: int) -> tuple[list[np.ndarray], bool]:
+    """The prompt as a list of 1-D id arrays (one per row) and whether it was one prompt (ids [P]) rather
+    than a batch, or one line why it is none."""
     try:
         array = np.asarray(prompt)
         rows = list(np.atleast_2d(array)) if array.ndim in (1, 2) and array.size else []
@@ -113,15 +114,7 @@ def _prompts(prompt, vocab: int) -> list[np.ndarray]:
                           f"lengths >= 1, got {got}")
     for r in rows:
         check_ids(r, vocab)
-    return rows
-
-
-def _one(prompt) -> bool:
-    """Whether `prompt` is one prompt (ids [P]) rather than a batch (its text comes back alone)."""
-    try:
-        return np.ndim(prompt) == 1
-    except ValueError:                              # rows of different lengths: a batch
-        return False
+    return rows, array is not None and array.ndim == 1
 
 
 def _padded(rows: list[np.ndarray], width: int, *, left: bool) -> tuple[np.ndarray, np.ndarray]:
@@ -153,16 +146,17 @@ def _check_options(config, n, key, temperature, top_k) -> bool:
     return bool(greedy)
 
 
-def _checked(config, prompt, n, key, temperature, top_k, cache) -> tuple[list[np.ndarray], bool]:
-    """The prompt's rows and whether decoding is greedy, or one line for what cannot be decoded."""
-    rows = _prompts(prompt, config.vocab_size)
+def _checked(config, prompt, n, key, temperature, top_k, cache) -> tuple[list[np.ndarray], bool, bool]:
+    """The prompt's rows, whether decoding is greedy and whether the prompt was one (its text comes back
+    alone), or one line for what cannot be decoded."""
+    rows, one = _prompts(prompt, config.vocab_size)
     greedy = _check_options(config, n, key, temperature, top_k)
     P, T = max(len(r) for r in rows), config.context
     if cache and P + n - 1 > T:
         raise ConfigError(f"a prompt of {P} ids and n={n} new ones put {P + n - 1} positions through the model, "
                           f"past its context of {T}: the cache holds the context at most; generate(..., "
                           "cache=False) slides a window of the context along the text")
-    return rows, greedy
+    return rows, greedy, one
 
 
 def _check_model(model) -> None:
@@ -208,9 +202,9 @@ class Decoder:
 
     def __call__(self, prompt, n: int, *, key=None, temperature: float = 1.0, top_k: int | None = None,
                  cache: bool = True):
-        rows, greedy = _checked(self.config, prompt, n, key, temperature, top_k, cache)
+        rows, greedy, one = _checked(self.config, prompt, n, key, temperature, top_k, cache)
         texts = self._decode(rows, greedy, n, key, temperature, top_k, cache)
-        return texts[0] if _one(prompt) else texts
+        return texts[0] if one else texts
 
     def _decode(self, rows: list[np.ndarray], greedy: bool, n: int, key, temperature, top_k, cache: bool):
         """Each row's prompt + n new ids (rows and options checked by `_checked`)."""
@@ -274,7 +268,7 @@ def generate(model, prompt, n: int, *, key=None, temperature: float = 1.0, top_k
     stop the decoding with one line naming the fix, never a run of token 0; Ctrl-C stops it within
     about a quarter of a second, raising `errors.GenerationInterrupted` with the texts drawn so far.
     """
-    rows, greedy = _checked(model.config, prompt, n, key, temperature, top_k, cache)   # before preparing the model
+    rows, greedy, one = _checked(model.config, prompt, n, key, temperature, top_k, cache)   # before preparing the model
     texts = Decoder(model, speed=speed, weights=weights, backend=backend)._decode(rows, greedy, n, key, temperature,
                                                                                top_k, cache)
-    return texts[0] if _one(prompt) else texts
+    return texts[0] if one else texts

@@ -32,11 +32,15 @@ _SCRIPT = (pathlib.Path(__file__).with_name("viewer.js"))
 
 
 class _View:
-    """What every view shares: shown inline wherever HTML is (`_repr_html_`), saved as a page."""
+    """What every view shares: its fragment (viewer.js's `function`, drawing `payload()` into an element
+    of CSS class `kind`), shown inline wherever HTML is (`_repr_html_`), saved as a page."""
+    kind: str
+    function: str
     title: str
 
     def html(self) -> str:
-        raise NotImplementedError
+        """A fragment that shows the view wherever HTML is shown (a notebook cell, a page)."""
+        return _fragment(self.kind, self.function, self.title, self.payload())
 
     def _repr_html_(self) -> str:
         return self.html()
@@ -48,6 +52,7 @@ class _View:
 
 class AttentionView(_View):
     """Attention weights [L, H, T, T] (or [H, T, T], or [T, T]) and the T tokens they are over."""
+    kind, function = "ajv", "attentionViewer"
 
     def __init__(self, weights, tokens, *, title: str = "attention"):
         w = np.asarray(weights, np.float64)
@@ -68,13 +73,11 @@ class AttentionView(_View):
         return {"layers": L, "heads": H, "T": T, "causal": self.causal, "tokens": self.tokens, "title": self.title,
                 "data": base64.b64encode(np.ascontiguousarray(flat).tobytes()).decode("ascii")}
 
-    def html(self) -> str:
-        """A fragment that shows the views wherever HTML is shown (a notebook cell, a page)."""
-        return _fragment("ajv", "attentionViewer", self.title, self.payload())
 
 class PatchingView(_View):
     """A patching sweep (`attention_jax.patching.Sweep`, or any [layer, ·] / [layer, head, position]
     array with its axis names) as an interactive heatmap; `labels`: the positions' tokens."""
+    kind, function = "ajp", "patchingViewer"
 
     def __init__(self, sweep, labels=None, *, title: str = "patching"):
         values = np.asarray(sweep, np.float64)
@@ -93,14 +96,13 @@ class PatchingView(_View):
         return {"shape": list(self.values.shape), "axes": list(self.axes), "values": self.values.ravel().tolist(),
                 "labels": self.labels, "title": self.title, "hook": self.hook, "method": self.method}
 
-    def html(self) -> str:
-        return _fragment("ajp", "patchingViewer", self.title, self.payload())
 
 
 class CircuitView(_View):
     """Edge scores (`discovery.EdgeScores`) drawn on the model's graph: each edge of `edges` (names; default:
     `discovery.circuit(scores, k=20)`) a line from its sender to its receiver's input, as wide as its |effect|
     and coloured by its sign; hover an edge for its value."""
+    kind, function = "ajc", "circuitViewer"
 
     def __init__(self, scores, edges=None, *, title: str = "circuit"):
         from attention_jax.discovery import circuit
@@ -130,8 +132,6 @@ class CircuitView(_View):
                 "heads": 1 + max((int(n.split(".h")[1]) for n in heads), default=0),
                 "nodes": [*self.graph.senders, "logits"], "edges": edges}
 
-    def html(self) -> str:
-        return _fragment("ajc", "circuitViewer", self.title, self.payload())
 
 
 def _embedded(payload: dict) -> str:

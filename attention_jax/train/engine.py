@@ -72,9 +72,9 @@ class Engine:
         self.mesh = (jax.make_mesh((len(devices),), ("data",), axis_types=(jax.sharding.AxisType.Auto,),
                                    devices=devices) if len(devices) > 1 else None)
         # Everything the compiled functions read of this Engine: Engines equal in it share them.
-        self.key = (model_config, tuple(getattr(train_config, f) for f in OPTIMIZER_FIELDS), n_seeds, Keyed(loss),
+        self.program_key = (model_config, tuple(getattr(train_config, f) for f in OPTIMIZER_FIELDS), n_seeds, Keyed(loss),
                     step_metrics, devices, speed, self.backend)
-        compiled = self._compile() if programs is None else programs.get(self.key, self._compile)
+        compiled = self._compile() if programs is None else programs.get(self.program_key, self._compile)
         self._init, self._step, self._steps, self._nll, self._logits = compiled
 
     # -- the pure functions, and their compiled forms --------------------------------------
@@ -312,7 +312,7 @@ def unstack_seed(state, i: int):
 
 class ProgramCache:
     """Compiled programs shared by the Engines built with this cache (`Engine(..., programs=cache)`): a
-    second Engine of a configuration already built traces and compiles nothing. The key (`Engine.key`)
+    second Engine of a configuration already built traces and compiles nothing. The key (`Engine.program_key`)
     is everything the programs compute with (model config, the optimizer's fields, seed count, loss,
     metrics, devices, speed, backend); the `maxsize` most recently used are kept. Like any `jax.jit`
     function they keep what they traced: after editing the library's code in a running session,
