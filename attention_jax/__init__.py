@@ -1,13 +1,15 @@
 """attention_jax: attention and the transformer block, derived from a plain average.
 
-`attention_jax.functional` holds the pure functions (masks, scores, softmax, attention,
-positions, norms); `attention_jax.model` composes them into Flax NNX modules driven by one
-`ModelConfig`: the model as built is the equation. `attention_jax.speed` swaps in faster
-forms of the same numbers; `attention_jax.inspect` looks inside the model, and
-`attention_jax.patching` and `attention_jax.circuits` take it apart (patching sweeps, the
-Mathematical Framework's circuits);
-`attention_jax.train` is the training engine (one compiled step, N seeds at once);
-`attention_jax.generate` writes text with a trained model.
+The library in wings, each a folder or a file:
+- the equation: `functional` (masks, scores, softmax, attention, positions, norms), `layers`
+  (the parts: Dense, LayerNorm, hooks, the mask) and `model` (Flax NNX modules driven by one
+  `config.ModelConfig`): the model as built;
+- `swap`: select a part and replace it by a twin, the one mechanism beneath the wings below;
+- `speed`: faster forms of the same numbers, swapped in; `parameters`: parameter counts;
+- `train`: the training engine (one compiled step, N seeds at once); `data`: corpus and batches;
+- `decoding`: `generate` and what it runs (loops, key/value cache, weight layout);
+- `analysis`: looking inside (`inspect`), patching, edges, circuit discovery, circuits, viewer;
+- `pretrained`: GPT-2's weights in these modules.
 
 The names below load on first use, so `import attention_jax.config` does not pay for
 importing JAX (a program can parse its settings into configs first).
@@ -30,12 +32,15 @@ _EXPORTS = {
     "FeedForward": ("attention_jax.model", "FeedForward"),
     "Block": ("attention_jax.model", "Block"),
     "LanguageModel": ("attention_jax.model", "LanguageModel"),
-    "count_params": ("attention_jax.inspect", "count_params"),
-    "run_with_cache": ("attention_jax.inspect", "run_with_cache"),
+    "count_params": ("attention_jax.parameters", "count_params"),
+    "param_breakdown": ("attention_jax.parameters", "param_breakdown"),
+    "run_with_cache": ("attention_jax.analysis.inspect", "run_with_cache"),
     "fast": ("attention_jax.speed", "fast"),
     "Speed": ("attention_jax.speed", "Speed"),
-    "ablate": ("attention_jax.inspect", "ablate"),
-    "generate": ("attention_jax.generate", "generate"),
+    "ablate": ("attention_jax.analysis.inspect", "ablate"),
+    "generate": ("attention_jax.decoding.generate", "generate"),
+    "Decoder": ("attention_jax.decoding.generate", "Decoder"),
+    "patched": ("attention_jax.analysis.inspect", "patched"),
 }
 __all__ = list(_EXPORTS)
 

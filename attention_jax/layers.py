@@ -2,7 +2,7 @@
 
 `Dense`, `TokenEmbed`, `PositionTable` and `LayerNorm` hold float32 parameters and call the
 functional core; with a compute dtype (mixed precision) `Dense` multiplies in it. `Hook` (an identity at a named
-point) and `CausalMask` exist to be swapped by `attention_jax.inspect`; `check_ids` refuses
+point) and `CausalMask` exist to be swapped by `attention_jax.analysis.inspect`; `check_ids` refuses
 token ids outside the vocabulary. `projection`, `dropout`, `compute_dtype` and
 `embedding_init` build the parts as a `ModelConfig` says.
 """

@@ -12,7 +12,7 @@ The model as built is the equation: every projection is x·W + b and every atten
 points live, differentiable in forward and reverse mode. `attention_jax.speed.fast` swaps
 in faster forms of the same numbers (the training engine and `generate` apply it).
 Inspection never edits this code and adds nothing to a training step: each named
-intermediate passes through a `Hook`, an identity module, which `attention_jax.inspect`
+intermediate passes through a `Hook`, an identity module, which `attention_jax.analysis.inspect`
 swaps for one that records or patches the value (TransformerLens' hook points, done the
 penzai way: select a part, replace it, put it back). The causal mask is a part too
 (`CausalMask`), so "what if attention could see the future" is a swap, not a flag.
@@ -159,7 +159,7 @@ class Block(nnx.Module):
     """Mixer then feed-forward, each wrapped as pre-norm `x + f(LN(x))` or post-norm `LN(x + f(x))`.
 
     A sub-layer that is `None` is skipped, so ablating one is replacing it by None
-    (`attention_jax.inspect.ablate`). Hook points, each [B, T, D]: resid_pre, mixer_out
+    (`attention_jax.analysis.inspect.ablate`). Hook points, each [B, T, D]: resid_pre, mixer_out
     (the mixer sub-layer's output, before it is added), resid_mid, ffn_out, resid_post.
     """
 

@@ -8,7 +8,7 @@ key/value cache). It knows nothing of any of them.
     with replaced(model, {"blocks.0.mixer.attention.mask": Bidirectional()}): ...
 
 Speed and decoding each say in one table which twin replaces which part (`speed.swap.TWINS`,
-`speed.decoding.TWINS`, `kv_cache.TWINS`); `twins` reads a table against a model.
+`decoding.layout.TWINS`, `kv_cache.TWINS`); `twins` reads a table against a model.
 """
 from __future__ import annotations
 

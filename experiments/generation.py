@@ -2,7 +2,7 @@
 
 `python -m experiments.generation` decodes greedily from a prompt of 16 tokens with random
 weights, for the ladder's one-block model and for a model of GPT-2 small's shape (12 blocks,
-width 768, context 1024), both ways `attention_jax.generate` can: with the key/value cache
+width 768, context 1024), both ways `attention_jax.decoding.generate` can: with the key/value cache
 (the prompt in one call, then one position a step) and without (a whole window of `context`
 tokens a step). Each step is one compiled call, timed alone, so the per-position curve can be
 drawn; `generate` runs the same step inside one `lax.scan`, without the per-call dispatch.
@@ -50,7 +50,7 @@ def time_model(name: str, new: int, uncached_positions: int) -> dict:
     import jax
     import jax.numpy as jnp
     from flax import nnx
-    from attention_jax.kv_cache import Cached, cached
+    from attention_jax.decoding.kv_cache import Cached, cached
     from attention_jax.model import LanguageModel
     cfg = model_config(name)
     new = min(new, cfg.context - PROMPT + 1)        # the cache holds the context, no more

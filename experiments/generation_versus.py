@@ -29,11 +29,11 @@ BYTES = {"float32": 4, "bfloat16": 2, "int8": 1}
 def bandwidth(megabytes: int = 512, rounds: int = 9) -> dict[str, float]:
     """GB/s of three compiled reads of one float32 array of `megabytes`, each the median of `rounds`: its
     sum, its row sums, and one row times it as a [rows, 1024] matrix (decoding's own product,
-    `speed.decoding.product`). Any one kernel can read memory slower than the machine allows, and
+    `decoding.layout.product`). Any one kernel can read memory slower than the machine allows, and
     which one is fastest changes from machine to machine, so the floor takes the fastest."""
     import jax
     import jax.numpy as jnp
-    from attention_jax.speed.decoding import product
+    from attention_jax.decoding.layout import product
     a = jnp.ones((megabytes * 2**20 // 4 // 1024, 1024), jnp.float32)
     row = jnp.ones((1, 1024), jnp.float32)
     reads = {"sum": (jnp.sum, a), "row sums": (lambda m: m.sum(axis=1), a), "row times matrix": (product, row, a)}
@@ -90,7 +90,7 @@ def ours(decoder, prompts: list[np.ndarray], n: int) -> list[np.ndarray]:
 def decoders(model) -> tuple[dict, dict]:
     """A `Decoder` for each weights dtype raced, and the milliseconds each took to make."""
     import jax
-    from attention_jax.generate import Decoder
+    from attention_jax.decoding.generate import Decoder
     made, ms = {}, {}
     for weights in WEIGHTS:
         start = time.perf_counter()
@@ -114,7 +114,7 @@ def bytes_a_token(model, batch: int, slots: int, weights: str) -> int:
 def race(shape: str, n: int, rounds: int, oracle: bool = True) -> dict:
     """Every setting's median ms a token, its floor, and whether the tokens agree; without the oracle
     (transformers and torch), ours alone, transformers' rows "not measured"."""
-    from attention_jax.generate import rounded
+    from attention_jax.decoding.generate import rounded
     from experiments.harness.oracles import NOT_MEASURED
     model, hf = models(shape, oracle)
     decoder, prepare_ms = decoders(model)

@@ -46,7 +46,7 @@ def probes(model, ids: np.ndarray) -> dict:
     import jax
     import jax.numpy as jnp
     from flax import nnx
-    from attention_jax.inspect import logit_lens, patched, run_with_cache
+    from attention_jax.analysis.inspect import logit_lens, patched, run_with_cache
     from attention_jax.speed import fast
     x, y = jnp.asarray(ids[None, :-1]), jnp.asarray(ids[None, 1:])
     L, H = model.config.n_layers, model.config.n_heads
@@ -109,8 +109,8 @@ def figures(found: dict, title: str) -> dict:
 
 def run(ctx) -> Result:
     from attention_jax import pretrained
-    from attention_jax.generate import generate
-    from attention_jax.inspect import count_params
+    from attention_jax.decoding.generate import generate
+    from attention_jax.parameters import count_params
     p, args = ctx.settings, ctx.args
     source = args.model or p["model"]
     if source is None:

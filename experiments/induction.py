@@ -41,7 +41,7 @@ INDUCTION = 0.5          # the two-layer model's induction head: a prefix-matchi
 WINDOW = 2               # the prefix score's rise and the loss's fall within this many evaluations
 REMOVES = 0.5            # ablating a head of the circuit removes at least this share of the in-context gain
 EVAL_SEED = 10**6        # the held-out sequences: no training seed draws them
-# The circuit found by exact edge patching (attention_jax.discovery): the fewest top edges, at most MOST_EDGES,
+# The circuit found by exact edge patching (attention_jax.analysis.discovery): the fewest top edges, at most MOST_EDGES,
 # whose circuit alone recovers FAITHFUL of the gap in the second copy's log-probability between the held-out
 # text and the same text with its first copy replaced by other tokens. Written before the cpu run, as the rest.
 FAITHFUL = 0.8
@@ -88,8 +88,8 @@ def measure(engine, ev: dict):
     import jax
     import jax.numpy as jnp
     from flax import nnx
-    from attention_jax import circuits
-    from attention_jax.inspect import run_with_cache
+    from attention_jax.analysis import circuits
+    from attention_jax.analysis.inspect import run_with_cache
     from attention_jax.train import cross_entropy
     x, y = jnp.asarray(ev["x"]), jnp.asarray(ev["y"])
     repeat, once = (jnp.asarray(ev[k], jnp.float32) for k in ("repeat", "once"))
@@ -125,8 +125,8 @@ def circuit(model, ev: dict, L: int, H: int, final: dict) -> dict:
     """One seed's two-layer model: which heads are the circuit, what ablating each costs, K-composition."""
     import jax.numpy as jnp
     from flax import nnx
-    from attention_jax import circuits
-    from attention_jax.inspect import ablate
+    from attention_jax.analysis import circuits
+    from attention_jax.analysis.inspect import ablate
     from attention_jax.train import cross_entropy
     prefix, previous = np.asarray(final["prefix"]).reshape(L, H), np.asarray(final["previous"]).reshape(L, H)
     head, prev = int(np.argmax(prefix[-1])), int(np.argmax(previous[0]))
@@ -176,8 +176,8 @@ def copy_logprob(y: np.ndarray, repeat: np.ndarray):
 def found(model, ev: dict, L: int, H: int, final: dict) -> dict:
     """One seed's two-layer model: the circuit exact edge patching finds (every edge patched alone, from the
     corrupted text) and what is in it; EAP's ranking of the same edges beside it."""
-    from attention_jax.discovery import edge_attribution, edge_patch, smallest_circuit
-    from attention_jax.edges import receiver_node
+    from attention_jax.analysis.discovery import edge_attribution, edge_patch, smallest_circuit
+    from attention_jax.analysis.edges import receiver_node
     clean, other = ev["x"], corrupted(ev, model.config.vocab_size)
     raw = copy_logprob(ev["y"], ev["repeat"])
     high, low = (float(raw(model(t))) for t in (clean, other))
@@ -331,7 +331,7 @@ def run(ctx) -> Result:
 
 def save_view(model, ev: dict, path) -> None:
     """The attention viewer on one held-out sequence: the induction head's diagonal, one step past the copy."""
-    from attention_jax import viewer
+    from attention_jax.analysis import viewer
     i = int(np.argmax(ev["span"]))
     ids = ev["x"][i]
     labels = [f"{t}{'*' if ev['first'][i] <= j < ev['first'][i] + 2 * ev['span'][i] else ''}" for j, t in enumerate(ids)]

@@ -97,8 +97,8 @@ VIEWED = "layer_norm"        # the row whose attention the viewer shows
 
 
 def save_viewer(table, record: dict, path, title: str, tokens: int = 48) -> None:
-    """The trained row's every head on the first held-out tokens, in attention_jax.viewer."""
-    from attention_jax import viewer
+    """The trained row's every head on the first held-out tokens, in attention_jax.analysis.viewer."""
+    from attention_jax.analysis import viewer
     from attention_jax.data import load_tokenizer
     model = table.load_model(record)
     model.eval()

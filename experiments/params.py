@@ -46,7 +46,7 @@ def components(cfg: ModelConfig) -> dict[str, int]:
 
 
 def formula(cfg: ModelConfig) -> dict[str, int]:
-    """Parameters per top-level part of the model (as `inspect.param_breakdown` groups them), by hand."""
+    """Parameters per top-level part of the model (as `parameters.param_breakdown` groups them), by hand."""
     c = components(cfg)
     return {"token_embed": c["token_embed"], "position_embed": c["position_embed"],
             "blocks": cfg.n_layers * sum(c[k] for k in BLOCK_PARTS), "ln_f": c["ln_f"], "lm_head": c["lm_head"]}
@@ -55,7 +55,7 @@ def formula(cfg: ModelConfig) -> dict[str, int]:
 def block_framework(cfg: ModelConfig) -> dict[str, int]:
     """One abstract Block's parameters grouped by sub-layer (mixer, ffn, ln1, ln2)."""
     from flax import nnx
-    from attention_jax.inspect import param_breakdown
+    from attention_jax.parameters import param_breakdown
     from attention_jax.model import Block
     return param_breakdown(nnx.eval_shape(lambda: Block(cfg, rngs=nnx.Rngs(0))))
 
@@ -70,7 +70,7 @@ def block_row(d: int) -> dict:
 
 
 def model_row(name: str, cfg: ModelConfig, book: int | None) -> dict:
-    from attention_jax.inspect import count_params
+    from attention_jax.parameters import count_params
     return dict(model=name, formula=sum(formula(cfg).values()), framework=count_params(cfg), book=book)
 
 
@@ -100,7 +100,7 @@ def figure(models: list[dict], gpt2_parts: dict[str, int], block768: dict):
 
 
 def run(ctx) -> Result:
-    from attention_jax.inspect import count_params, param_breakdown
+    from attention_jax.parameters import count_params, param_breakdown
     p = ctx.settings
     blocks = [block_row(d) for d in (128, 768)]
     models = [model_row(r.name, r.config, EXPECTED_LADDER.get(r.name)) for r in LADDER]

@@ -84,8 +84,8 @@ def _contestants(ours, hf, clean, corrupted, metric, hook, by, tl_name):
     """(our sweep, TransformerLens' or None): each a function of nothing returning the values as an array.
     TransformerLens runs a bridge of its own over a copy of `hf` for each sweep (a bridge takes over the
     modules it is given: a second bridge over them computes something else)."""
-    from attention_jax.discovery import edge_patch
-    from attention_jax.patching import activation_patch
+    from attention_jax.analysis.discovery import edge_patch
+    from attention_jax.analysis.patching import activation_patch
     if hook == "edges":
         def ours_run():      # the metric with each edge patched, as TransformerLens' loop returns it
             scores = edge_patch(ours, clean, corrupted, metric)
@@ -101,7 +101,7 @@ def _contestants(ours, hf, clean, corrupted, metric, hook, by, tl_name):
         (metric.clean - metric.corrupted)
     x, y = torch.as_tensor(clean), torch.as_tensor(corrupted)
     if hook == "edges":
-        from attention_jax.edges import graph_of
+        from attention_jax.analysis.edges import graph_of
         from experiments.transformer_lens_ref import edge_patch_loop, split_inputs
         single, split = [[tuple(n.split("->"))] for n in graph_of(ours).names()], split_inputs(theirs)
         return ours_run, lambda: np.asarray(edge_patch_loop(split, x, y, single, tl_metric))
@@ -112,7 +112,7 @@ def _contestants(ours, hf, clean, corrupted, metric, hook, by, tl_name):
 
 def speed(name: str, ours, hf, params: int, rounds: int) -> list[dict]:
     """Each sweep on one model: our first call, our median and TransformerLens' median, and their largest difference."""
-    from attention_jax.patching import normalized_logit_diff
+    from attention_jax.analysis.patching import normalized_logit_diff
     clean, corrupted = _texts(MODELS[name])
     metric = normalized_logit_diff(ours, clean, corrupted, ANSWER, WRONG)
     rows = []
@@ -147,8 +147,8 @@ def estimates(name: str, ours, steps: int) -> tuple[list[dict], list[dict], list
     """EAP and EAP-IG against exact edge patching on one model (Pearson, Spearman, the three edges each misses
     most), the faithfulness of each score's circuits, and ACDC's greedy circuit against the scores' circuits of
     its size: (agreement rows, faithfulness rows, ACDC rows)."""
-    from attention_jax.discovery import acdc, circuit, circuit_faithfulness, edge_attribution, edge_patch, faithfulness
-    from attention_jax.patching import normalized_logit_diff
+    from attention_jax.analysis.discovery import acdc, circuit, circuit_faithfulness, edge_attribution, edge_patch, faithfulness
+    from attention_jax.analysis.patching import normalized_logit_diff
     clean, corrupted = _texts(MODELS[name])
     metric = normalized_logit_diff(ours, clean, corrupted, ANSWER, WRONG)
     scored = {"exact": _timed(lambda: edge_patch(ours, clean, corrupted, metric))}

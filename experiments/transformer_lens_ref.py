@@ -1,7 +1,7 @@
 """TransformerLens as the reference of patching and circuits: a random GPT-2 written by transformers,
 read by our loader, and TransformerLens' TransformerBridge over the very same model.
 
-Used by the tests (tests/test_patching.py, tests/test_circuits.py, tests/test_discovery.py) and by
+Used by the tests (tests/test_analysis_patching.py, tests/test_analysis_circuits.py, tests/test_analysis_discovery.py) and by
 `experiments.patching`, never by the library. transformers, torch and transformer-lens come with the test extra.
 """
 from __future__ import annotations

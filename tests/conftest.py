@@ -162,11 +162,11 @@ def shared_mlir_context():
 # 13, 12); the files left out take less. In the fast tier (-m "not slow") the library's files
 # among them are what is left to balance.
 HEAVY_FIRST = ("test_notebook.py", "test_ladder.py", "test_inside_tiny_gpt.py", "test_accelerators.py", "test_norms.py",
-               "test_generate_cached.py", "test_positions.py", "test_all.py", "test_experiments_analysis.py",
+               "test_decoding_generate_cached.py", "test_positions.py", "test_all.py", "test_experiments_analysis.py",
                "test_train_engine.py", "test_speed_swap.py", "test_train_loop.py", "test_throughput.py", "test_docs.py",
                "test_winograd.py", "test_train_distributed.py", "test_scale_ablation.py", "test_rows.py",
-               "test_functional.py", "test_pretrained.py", "test_model.py", "test_damage.py", "test_generate.py",
-               "test_compile_cache.py", "test_complexity.py", "test_inspect.py", "test_speed_dense.py", "test_speed_forms.py")
+               "test_functional.py", "test_pretrained.py", "test_model.py", "test_damage.py", "test_decoding_generate.py",
+               "test_compile_cache.py", "test_complexity.py", "test_analysis_inspect.py", "test_speed_dense.py", "test_speed_forms.py")
 
 
 def pytest_collection_modifyitems(config, items):

@@ -64,7 +64,7 @@ def batch(eng, seeds=(0,), step=0):
 @nnx.jit
 def decode_step(model, x):
     """A model decoding (`kv_cache.cached` swapped in): the next tokens' logits, its clock moved on, compiled."""
-    from attention_jax.kv_cache import Cached
+    from attention_jax.decoding.kv_cache import Cached
     return Cached.resume(model)(x)
 
 

@@ -21,9 +21,10 @@ import pytest
 from flax import nnx
 from jax import export
 
-from attention_jax import decode, patching
+from attention_jax.analysis import patching
+from attention_jax.decoding import loops as decode
 from attention_jax.config import ModelConfig, TrainConfig
-from attention_jax.generate import Decoder
+from attention_jax.decoding.generate import Decoder
 from attention_jax.model import LanguageModel
 from attention_jax.speed import Speed
 from attention_jax.speed.backend import Backend
@@ -219,15 +220,15 @@ def test_decoding_built_for_a_gpu_runs_here_to_the_cpu_s_tokens(weights):
 
 
 def test_the_cpu_s_one_row_loop_and_the_accelerators_product_agree_in_logits():
-    from attention_jax.speed import decoding
+    from attention_jax.decoding import layout
     rng = np.random.default_rng(0)
     x, w = jnp.asarray(rng.standard_normal((1, 64)), jnp.float32), jnp.asarray(rng.standard_normal((48, 64)))
     # bfloat16 weights: the CPU's sums are float32's, the accelerators' take x in two parts (16 bits)
     for weight, tolerance in ((w, 1e-5), (w.astype(jnp.bfloat16), 1e-4)):
-        cpu = jax.jit(functools.partial(decoding.product, backend="cpu"))(x, weight)
-        gpu = jax.jit(functools.partial(decoding.product, backend="cuda"))(x, weight)
+        cpu = jax.jit(functools.partial(layout.product, backend="cpu"))(x, weight)
+        gpu = jax.jit(functools.partial(layout.product, backend="cuda"))(x, weight)
         np.testing.assert_allclose(np.asarray(gpu), np.asarray(cpu), rtol=tolerance, atol=tolerance)
-    levels, scale = decoding.quantized(w)
-    cpu = jax.jit(functools.partial(decoding.product, backend="cpu"))(x, levels, scale)
-    gpu = jax.jit(functools.partial(decoding.product, backend="cuda"))(x, levels, scale)
+    levels, scale = layout.quantized(w)
+    cpu = jax.jit(functools.partial(layout.product, backend="cpu"))(x, levels, scale)
+    gpu = jax.jit(functools.partial(layout.product, backend="cuda"))(x, levels, scale)
     np.testing.assert_allclose(np.asarray(gpu), np.asarray(cpu), rtol=1e-2, atol=2e-2)   # x in 15 bits

@@ -17,7 +17,7 @@ from attention_jax.config import ModelConfig
 from attention_jax.data import tiny_world as tw
 from attention_jax.errors import ConfigError
 from experiments.harness import report
-from attention_jax.inspect import ablate, run_with_cache
+from attention_jax.analysis.inspect import ablate, run_with_cache
 from experiments import inside_tiny_gpt as E
 
 # A small model of the lecture's shape (pre-norm, tied, biased q/k/v), context 24 = fact prompt + 10.

@@ -11,7 +11,7 @@ from flax import nnx
 
 from attention_jax import functional as F
 from attention_jax.config import MIXERS, POSITIONS, ModelConfig
-from attention_jax.inspect import Record, replaced
+from attention_jax.analysis.inspect import Record, replaced
 from attention_jax.model import Block, Head, LanguageModel, MultiHeadAttention, UniformAverage
 
 from helpers import forward

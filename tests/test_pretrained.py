@@ -9,8 +9,8 @@ import pytest
 
 from attention_jax import pretrained
 from attention_jax.errors import CheckpointError, ConfigError, DataError
-from attention_jax.generate import generate
-from attention_jax.inspect import count_params
+from attention_jax.decoding.generate import generate
+from attention_jax.parameters import count_params
 from attention_jax.config import ModelConfig
 from attention_jax.model import LanguageModel
 from flax import nnx

@@ -9,7 +9,7 @@ from flax import nnx
 
 from attention_jax.config import ModelConfig, TrainConfig
 from attention_jax.errors import ConfigError
-from attention_jax.generate import Decoder
+from attention_jax.decoding.generate import Decoder
 from attention_jax.model import LanguageModel
 from attention_jax.speed import backend as backend_module
 from attention_jax.speed.backend import Backend, backend_of
@@ -74,7 +74,7 @@ def test_programs_built_for_a_backend_read_no_device_while_traced(monkeypatch):
     state, x = engine.abstract_state([0]), jax.ShapeDtypeStruct((2, 8), jnp.int32)
     engine._step.trace(state, {"x": x, "y": x})
     engine._nll.trace(state, x, x, None)
-    from attention_jax import decode
+    from attention_jax.decoding import loops as decode
     graph, empty, rest = decode.twins(decoder.graphdef, decoder.state, 1, 4)
     decode.prefill.trace(graph, rest, empty, np.zeros((1, 3), np.int32), np.zeros(1, np.int32))
     cache, logits = jax.eval_shape(lambda: decode.prefill(graph, rest, empty, np.zeros((1, 3), np.int32),

@@ -14,7 +14,7 @@ from flax import nnx
 
 from attention_jax.config import ModelConfig
 from attention_jax.errors import ConfigError
-from attention_jax.inspect import hook_names, replaced
+from attention_jax.analysis.inspect import hook_names, replaced
 from attention_jax.layers import CausalMask, Dense
 from attention_jax.model import DotProductAttention, LanguageModel
 from attention_jax.speed import FastAttention, FastDense, Speed, fast, forms_of
@@ -143,7 +143,7 @@ def test_decoding_under_the_swap_reads_the_cache_by_the_equation():
     model = LanguageModel(config(positions="rope"), rngs=nnx.Rngs(0))
     text = tokens()
     whole = model(text)
-    from attention_jax.kv_cache import cached
+    from attention_jax.decoding.kv_cache import cached
     with fast(model), cached(model, B) as decoding:
         steps = [decoding(text[:, :5])] + [decoding(text[:, t:t + 1]) for t in range(5, T)]
     chex.assert_trees_all_close(jnp.concatenate(steps, axis=1), whole, atol=2e-5)
@@ -192,8 +192,8 @@ def test_an_attention_whose_scores_or_weights_are_patched_keeps_the_equation():
     import jax.numpy as jnp
     from flax import nnx
     from attention_jax.config import ModelConfig
-    from attention_jax.generate import generate
-    from attention_jax.inspect import patched
+    from attention_jax.decoding.generate import generate
+    from attention_jax.analysis.inspect import patched
     from attention_jax.model import LanguageModel
     from attention_jax.speed import fast, forms_of
     model = LanguageModel(ModelConfig(vocab_size=32, context=16, d_model=16, n_heads=2, n_layers=2), rngs=nnx.Rngs(0))

@@ -68,7 +68,7 @@ def test_without_torch_ours_runs_alone_and_says_so(tmp_path, without_torch, caps
 
 def test_the_model_flop_count_is_palms_formula():
     # 6·N + 12·L·T·d per token, N = 477,696 parameters less the two embedding tables.
-    from attention_jax.inspect import count_params, param_breakdown
+    from attention_jax.parameters import count_params, param_breakdown
     from experiments.configs import ONE_BLOCK
     parts = param_breakdown(ONE_BLOCK)
     assert count_params(ONE_BLOCK) == sum(parts.values()) == 477_696          # the model the benchmark times

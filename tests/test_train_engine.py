@@ -205,7 +205,7 @@ def test_engine_model_is_a_usable_model_with_the_states_weights(engine):
 def test_engine_model_reads_with_dropout_off_and_patches(engine):
     """A model with dropout from `Engine.model` gave other logits each call, and patching it raised JAX's
     TraceContextError: it comes in eval mode, deterministic, and every analysis runs on it."""
-    from attention_jax.patching import activation_patch, logit_diff
+    from attention_jax.analysis.patching import activation_patch, logit_diff
     config = dataclasses.replace(MC, dropout=0.2)
     eng = new_engine(config)
     model = eng.model(eng.init([0]))

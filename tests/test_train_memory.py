@@ -7,7 +7,7 @@ import pytest
 
 from attention_jax.config import ModelConfig, TrainConfig
 from attention_jax.errors import ConfigError
-from attention_jax.inspect import count_params
+from attention_jax.parameters import count_params
 from attention_jax.train import Engine, memory
 
 CONFIG = ModelConfig(vocab_size=1024, context=128, d_model=128, n_layers=1, n_heads=4)

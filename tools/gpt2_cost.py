@@ -23,7 +23,7 @@ from flax import nnx
 
 from attention_jax import pretrained
 from attention_jax.config import GPT2_SMALL
-from attention_jax.generate import generate
+from attention_jax.decoding.generate import generate
 from attention_jax.model import LanguageModel
 
 

@@ -2,8 +2,7 @@
 
 `swap`: `fast` (put the forms in, and back out) and the twins it puts in; `options`: `Speed`,
 which forms; `forms`: attention's faster forms; `chunked`: the online-softmax attention in
-O(T) memory; `dense`: the dense layer with a hand-written backward; `decoding`: the weights
-laid out as decoding reads them (what `generate` swaps in besides); `backend`: which devices a
+O(T) memory; `dense`: the dense layer with a hand-written backward; `backend`: which devices a
 program is built for, the one input of every choice that differs by backend. The model as built
 (`attention_jax.model`) is the reference all of them are tested against. The names below
 load on first use, so a `Speed` can be made before JAX is imported.

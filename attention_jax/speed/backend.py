@@ -2,7 +2,7 @@
 
 Four choices differ by backend, all of the same numbers to float rounding: attention's "auto"
 form and the fused form's kernel (`speed.forms`), the dense layer's low-precision backward
-(`speed.dense`), decoding's product (`speed.decoding`), and how many training steps go in one
+(`speed.dense`), decoding's product (`decoding.layout`), and how many training steps go in one
 call (`train.loop`). Each takes a `Backend`, which the programs that use them resolve when they
 are built (`Engine`: from its devices; `Decoder`: from the default devices; both take an explicit
 `backend=`), so a program built for other devices than this process's (an export for cuda or

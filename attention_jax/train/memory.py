@@ -18,7 +18,7 @@ GIB = 1 << 30
 def needed(model_config: ModelConfig, train_config: TrainConfig, n_seeds: int, n_devices: int) -> dict[str, int]:
     """Bytes per device, at least: {"state": parameters, moments, gradients; "logits": one batch's and
     their gradient}."""
-    from attention_jax.inspect import count_params
+    from attention_jax.parameters import count_params
     state = 4 * 4 * count_params(model_config) * n_seeds
     rows = -(-max(train_config.batch_size, train_config.eval_batch) // n_devices)   # a device's share, rounded up
     logits = 2 * 4 * rows * model_config.context * model_config.vocab_size * n_seeds

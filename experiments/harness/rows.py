@@ -266,7 +266,7 @@ class Table:
         from attention_jax.errors import CheckpointError, TrainingDiverged
         from attention_jax.train import Engine, fingerprint, fit
         from experiments.harness.cli import STOP
-        from attention_jax.inspect import count_params
+        from attention_jax.parameters import count_params
         tc, model_config, ctx = train_config or self.ctx.settings, self.ctx.model(model_config), self.ctx
         task, measures, fresh, folder = task or self.text_task(model_config, tc), dict(measures or {}), ctx.fresh, ctx.folder
         key = row_key(name, model_config, tc, ctx.preset, ctx.seeds, task.identity, ctx.speed)

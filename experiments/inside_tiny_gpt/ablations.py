@@ -38,7 +38,7 @@ def run_ablations(models, tok, world, vx, vy) -> list[dict]:
     pass would show the model the answer.
     """
     import numpy as np
-    from attention_jax.inspect import ablate
+    from attention_jax.analysis.inspect import ablate
     from attention_jax.train.loop import mean_std
     cfg = models[0].config
     rows = []

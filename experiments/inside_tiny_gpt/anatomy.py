@@ -19,8 +19,8 @@ def param_parts(cfg: ModelConfig) -> list[tuple[str, str, int, bool]]:
 
 
 def framework_parts(model) -> dict[str, int]:
-    """The same components counted by the framework (inspect.param_breakdown), per block where per block."""
-    from attention_jax.inspect import param_breakdown
+    """The same components counted by the framework (parameters.param_breakdown), per block where per block."""
+    from attention_jax.parameters import param_breakdown
     top, out = param_breakdown(model), {}
     out["token_embed"], out["position_embed"] = top.get("token_embed", 0), top.get("position_embed", 0)
     out["ln_f"], out["lm_head"] = top.get("ln_f", 0), top.get("lm_head", 0)
@@ -35,7 +35,7 @@ def framework_parts(model) -> dict[str, int]:
 
 
 def demo_params(model) -> tuple[list[dict], list[dict], dict]:
-    from attention_jax.inspect import count_params
+    from attention_jax.parameters import count_params
     cfg = model.config
     L, d, V, T = cfg.n_layers, cfg.d_model, cfg.vocab_size, cfg.max_positions_used
     counted = framework_parts(model)

@@ -64,7 +64,7 @@ def run(ctx) -> Result:
 
     # demo 1: parameters
     prows, gpt3, shares = demo_params(model)
-    tables["1. Parameters by formula and by the framework (inspect.param_breakdown)"] = report.format_table(
+    tables["1. Parameters by formula and by the framework (parameters.param_breakdown)"] = report.format_table(
         [("part", "component", ""), ("formula", "formula", ""), ("by_formula", "by formula", ",d"),
          ("framework", "framework", ",d"), ("equal", "equal", ""), ("lecture", "lecture", ",d")], prows) + (
         f"\n\nPer block the MLP holds {shares['mlp_share_of_block']:.0%} and attention "
@@ -127,7 +127,7 @@ def run(ctx) -> Result:
 
     # demo 4: attention
     att = attention_demo(model, tok, person.name)
-    from attention_jax.viewer import AttentionView
+    from attention_jax.analysis.viewer import AttentionView
     AttentionView(np.stack(att["layers"]), att["chars"], title=f"tiny GPT on the question ({ctx.preset} preset)"
                   ).save(ctx.folder / "attention.html")
     best = att["best"]

@@ -21,7 +21,7 @@ def compiled():
     """
     import jax.numpy as jnp
     from flax import nnx
-    from attention_jax.inspect import patched, replaced, run_with_cache
+    from attention_jax.analysis.inspect import patched, replaced, run_with_cache
     from attention_jax.model import CausalMask
     from attention_jax.speed import fast
 
@@ -116,14 +116,14 @@ def teacher_forced_accuracy(model, tok, world, forward: Callable | None = None) 
 def greedy_completions(model, tok, world, *, bidirectional: bool = False, max_new: int = 10) -> dict:
     """{fact prompt: the max_new ids greedy decoding appends}, for every person's "\\n{name} lives in".
 
-    `attention_jax.generate` decodes the causal model, the prompts of one length at once. It
+    `attention_jax.decoding.generate` decodes the causal model, the prompts of one length at once. It
     refuses a model that sees the future; `bidirectional` decodes that one here, each step's
     window padded on the right and every position seeing exactly the text so far.
     """
     import jax.numpy as jnp
     import numpy as np
     from attention_jax.data import tiny_world as tw
-    from attention_jax.generate import generate
+    from attention_jax.decoding.generate import generate
     T = model.config.context
     prompts = sorted({tw.fact_prompt(p)[0] for p in world.people})
     made: dict[str, np.ndarray] = {}

@@ -37,7 +37,7 @@ def make_probe(engine, windows):
     import jax
     import numpy as np
     from flax import nnx
-    from attention_jax.inspect import run_with_cache
+    from attention_jax.analysis.inspect import run_with_cache
     names = ("blocks.0.mixer.attention.scores", "blocks.0.mixer.attention.weights")
     x = np.asarray(windows, np.int32)
 

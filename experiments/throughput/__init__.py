@@ -124,7 +124,7 @@ def run(ctx) -> Result:
     import numpy as np   # here, not at the top: a worker process imports this package before its mallopt
 
     from experiments.harness.platform import accelerator
-    from attention_jax.inspect import param_breakdown   # imports JAX: after --help
+    from attention_jax.parameters import param_breakdown   # imports JAX: after --help
     args = ctx.args
     gone = [] if args.no_torch else missing("torch")
     if gone:        # the reference contestant: without it, ours alone and its claims not checked

@@ -21,15 +21,15 @@ def demo_words(spec) -> tuple[str, str, str, str]:
 def referent_attention(model, tokens: np.ndarray, position: int) -> np.ndarray:
     """[L, N, position + 1]: each block's attention at `position`, heads averaged, float64."""
     import jax.numpy as jnp
-    from attention_jax.inspect import run_with_cache
+    from attention_jax.analysis.inspect import run_with_cache
     _, cache = run_with_cache(model, jnp.asarray(tokens), "blocks.*.mixer.attention.weights")
     blocks = sorted(cache, key=lambda n: int(n.split(".")[1]))
     return np.stack([np.asarray(cache[n], np.float64).mean(axis=1)[:, position, :position + 1] for n in blocks])
 
 
 def save_viewer(model, task, path, title: str):
-    """The interactive viewer (attention_jax.viewer) on the demo sentence: every block and head."""
-    from attention_jax import viewer
+    """The interactive viewer (attention_jax.analysis.viewer) on the demo sentence: every block and head."""
+    from attention_jax.analysis import viewer
     from attention_jax.data import winograd as wg
     x, y, adj_x, _ = demo_words(task.spec)
     sentence = wg.render(task.spec, x, y, adj_x)

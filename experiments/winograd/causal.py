@@ -46,7 +46,7 @@ def sentences(task, kind: str):
 
 def causal_demo(model, task) -> dict:
     """Each test's restored share entering block 2 at every slot, block 2's heads on the adjective swap."""
-    from attention_jax.patching import activation_patch, normalized_logit_diff
+    from attention_jax.analysis.patching import activation_patch, normalized_logit_diff
     pos, words = task.heldout.position, task.spec.template.split(" ")
     slot = {s: words.index("{" + s + "}") for s in ("x", "y", "adj")} | {"referent": pos}
     out = {"slots": slot, "words": words[:pos + 1], "pairs": PAIRS}
@@ -94,10 +94,10 @@ def found(model, task, kind: str = "keep") -> dict:
     FAITHFUL of the answer, and that circuit in words: each head in it, which of its inputs the circuit
     feeds, and where it looks from the referent (mean attention over the sentences)."""
     import jax.numpy as jnp
-    from attention_jax.discovery import edge_patch, smallest_circuit
-    from attention_jax.edges import receiver_node
-    from attention_jax.inspect import run_with_cache
-    from attention_jax.patching import normalized_logit_diff
+    from attention_jax.analysis.discovery import edge_patch, smallest_circuit
+    from attention_jax.analysis.edges import receiver_node
+    from attention_jax.analysis.inspect import run_with_cache
+    from attention_jax.analysis.patching import normalized_logit_diff
     clean, corrupted, answer, wrong = sentences(task, kind)
     pos = task.heldout.position
     metric = normalized_logit_diff(model, clean, corrupted, answer, wrong, position=pos)
@@ -118,7 +118,7 @@ def found(model, task, kind: str = "keep") -> dict:
 
 def describe(edges: list[str], looks: dict) -> str:
     """A circuit in words: per receiver, what feeds it; where each head in it looks from the referent."""
-    from attention_jax.edges import receiver_node
+    from attention_jax.analysis.edges import receiver_node
     def node(n):
         if n == "embed":
             return "the words themselves"

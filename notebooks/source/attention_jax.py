@@ -144,7 +144,7 @@ assert PRESET == "smoke" or sum(c["passed"] for c in result.claims) >= 7, result
 # %%
 from attention_jax.data import load_tokenizer, load_tokens, resolve_corpus, train_val_split  # noqa: E402
 from experiments.harness import rows  # noqa: E402
-from attention_jax.inspect import ablate, run_with_cache  # noqa: E402
+from attention_jax.analysis.inspect import ablate, run_with_cache  # noqa: E402
 
 record = next(r for r in result.rows if r["name"] == "layer_norm")
 model = rows.load_model(record, result.folder)
@@ -163,7 +163,7 @@ for h, ax in enumerate(axes):
 fig.colorbar(im, ax=axes, shrink=0.8, label="attention weight")
 plt.show()
 assert jnp.all(jnp.triu(w, k=1) == 0)                        # the future gets exactly zero weight
-from attention_jax import viewer  # noqa: E402
+from attention_jax.analysis import viewer  # noqa: E402
 
 display(viewer.view(model, tokens[0], words, title="the one-block model"))   # noqa: F821  (hover, click)
 assert jnp.allclose(w.sum(-1), 1.0, atol=1e-5)
@@ -177,7 +177,7 @@ assert jnp.allclose(model(tokens), logits, atol=1e-5)        # the ablation put 
 # (temperature 0.8; at the smoke preset, on a CPU, it has hardly trained).
 
 # %%
-from attention_jax.generate import generate  # noqa: E402
+from attention_jax.decoding.generate import generate  # noqa: E402
 
 tokenizer = load_tokenizer(corpus)
 ids = generate(model, tokenizer.encode("ROMEO:").ids, 60, key=jax.random.key(0), temperature=0.8)
@@ -235,9 +235,9 @@ assert all(c["passed"] for c in probe.claims)                # no weight on the 
 # heads of layer 2 read layer 1 (K-composition against random matrices).
 
 # %%
-from attention_jax import circuits  # noqa: E402
+from attention_jax.analysis import circuits  # noqa: E402
 from attention_jax.data.repeats import repeated_segments  # noqa: E402
-from attention_jax.patching import activation_patch, logit_diff  # noqa: E402
+from attention_jax.analysis.patching import activation_patch, logit_diff  # noqa: E402
 from experiments import induction  # noqa: E402
 
 heads = induction.EXPERIMENT(preset="paper" if EXPECTED != "cpu" else "smoke", out="results", no_progress=True)
@@ -270,7 +270,7 @@ assert sweep.values.shape == (2, model.config.n_heads)
 # %%
 import numpy as np  # noqa: E402
 
-from attention_jax.discovery import circuit, edge_attribution, edge_patch, faithfulness  # noqa: E402
+from attention_jax.analysis.discovery import circuit, edge_attribution, edge_patch, faithfulness  # noqa: E402
 
 exact = edge_patch(model, clean, corrupted, metric)         # every edge alone, exactly
 eap = edge_attribution(model, clean, corrupted, metric)     # every edge estimated: one forward, one backward

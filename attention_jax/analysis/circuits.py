@@ -26,9 +26,9 @@ import jax.numpy as jnp
 import numpy as np
 
 from attention_jax.errors import ConfigError
-from attention_jax.inspect import attention_blocks, deterministic, head_weights, run_with_cache
+from attention_jax.analysis.inspect import attention_blocks, deterministic, head_weights, run_with_cache
 from attention_jax.layers import check_ids
-from attention_jax.patching import Sweep, check_answers
+from attention_jax.analysis.patching import Sweep, check_answers
 
 
 @dataclasses.dataclass(frozen=True)
@@ -232,7 +232,7 @@ def value_bias(model, block: int) -> jax.Array:
 def _has(model, pattern: str) -> bool:
     """Whether some hook point of the model matches `pattern`."""
     import fnmatch
-    from attention_jax.inspect import hook_names
+    from attention_jax.analysis.inspect import hook_names
     return any(fnmatch.fnmatchcase(n, pattern) for n in hook_names(model))
 
 

@@ -10,7 +10,7 @@ model's context. `cache=False` is the reference it is tested against: each step 
 model a whole window of `context` tokens (the text so far padded on the right, which the
 causal mask hides, or its last `context` tokens), so it also writes past the context.
 Either way the model computes with `speed` (default `Speed()`) swapped in, and its weights
-laid out as decoding reads them (`speed.decoding`); `speed=None` decodes with the model as
+laid out as decoding reads them (`decoding.layout`); `speed=None` decodes with the model as
 built. `Decoder(model, ...)` prepares the model once for many calls; `generate` prepares it
 each call.
 """
@@ -23,11 +23,11 @@ import jax.numpy as jnp
 import numpy as np
 from flax import nnx
 
-from attention_jax import decode
-from attention_jax.decode import next_token  # noqa: F401  (part of generate's API)
+from attention_jax.decoding import layout, loops
+from attention_jax.decoding.loops import next_token  # noqa: F401  (part of generate's API)
 from attention_jax.errors import ConfigError, GenerationInterrupted
 from attention_jax.model import Bidirectional, check_ids
-from attention_jax.speed import Speed, decoding, fast
+from attention_jax.speed import Speed, fast
 from attention_jax.speed.backend import backend_of
 from attention_jax.swap import swap
 
@@ -48,7 +48,7 @@ WEIGHTS = ("float32", "bfloat16", "float16", "int8")
 def _stored(state, weights: str):
     """The parameters as decoding reads them: every matrix (the kernels, the token and position tables)
     rounded to `weights` once, before the first token; vectors (biases, LayerNorms) as they are.
-    "int8": each matrix's values become those of its int8 form (`speed.decoding.quantized`, a scale per
+    "int8": each matrix's values become those of its int8 form (`decoding.layout.quantized`, a scale per
     output: a kernel's column, a table's row), held in float32; the decoding layout stores the int8."""
     if weights == "float32":
         return state
@@ -57,7 +57,7 @@ def _stored(state, weights: str):
             if a.ndim != 2 or a.dtype != jnp.float32:
                 return a
             kernel = "kernel" in [getattr(k, "key", getattr(k, "name", None)) for k in path]
-            q, scale = decoding.quantized(a.T if kernel else a)       # [out, in]: a kernel's outputs are its columns
+            q, scale = layout.quantized(a.T if kernel else a)       # [out, in]: a kernel's outputs are its columns
             wide = q.astype(jnp.float32) * scale[:, None]
             return wide.T if kernel else wide
         return jax.tree_util.tree_map_with_path(levels, state)
@@ -86,13 +86,13 @@ def rounded(model, weights: str = "bfloat16"):
 def _prepared(model, speed, weights, backend):
     """(graphdef, state) of the model to decode with: a copy (the caller's stays untouched), its matrices
     stored in `weights`, dropout off, `speed` swapped in for `backend` and with it decoding's layout
-    (`speed.decoding`)."""
+    (`decoding.layout`)."""
     graphdef, state = nnx.split(model)
     model = nnx.merge(graphdef, _stored(state, weights), copy=True)
     model.eval()
     if speed is not None:
         fast(model, speed, backend=backend)
-        swap(model, decoding.parts(model, int8=weights == "int8", backend=backend))
+        swap(model, layout.parts(model, int8=weights == "int8", backend=backend))
     return nnx.split(model)
 
 
@@ -192,10 +192,10 @@ class Decoder:
         self._made = {}
 
     def _twins(self, batch: int, length: int):
-        """The cache's twins for this shape (`decode.twins`), made once: the graph, the weights and the
+        """The cache's twins for this shape (`loops.twins`), made once: the graph, the weights and the
         cache's shapes, not the cache."""
         if (batch, length) not in self._made:
-            graph, empty, rest = decode.twins(self.graphdef, self.state, batch, length)
+            graph, empty, rest = loops.twins(self.graphdef, self.state, batch, length)
             self._made[batch, length] = graph, jax.tree.map(lambda a: jax.ShapeDtypeStruct(a.shape, a.dtype),
                                                              empty), rest
         return self._made[batch, length]
@@ -216,18 +216,18 @@ class Decoder:
         # row's ends where its own prompt does, and its window slides from there (on the right).
         buf, starts = _padded(rows, P if cache else max(T, P + n), left=cache)
         if cache:
-            run = lambda: decode.cached(self._twins(len(rows), P + n - 1), jnp.asarray(buf), jnp.asarray(starts),
+            run = lambda: loops.cached(self._twins(len(rows), P + n - 1), jnp.asarray(buf), jnp.asarray(starts),
                                         key, temperature, **options)
         else:
-            run = lambda: decode.windows(self.graphdef, self.state, jnp.asarray(buf), jnp.asarray(lengths), key,
+            run = lambda: loops.windows(self.graphdef, self.state, jnp.asarray(buf), jnp.asarray(lengths), key,
                                          temperature, **options)
         texts = lambda out, done: [np.asarray(out[r, s:s + length + done], np.int32)
                                    for r, (s, length) in enumerate(zip(starts, lengths))]
         try:
             out = buf if n == 0 else run()
-        except decode.NotFinite as e:
+        except loops.NotFinite as e:
             raise ConfigError(self._not_finite(e.index)) from None
-        except decode.Stopped as e:
+        except loops.Stopped as e:
             raise GenerationInterrupted(texts(e.out, e.done), e.done, int(n)) from None
         return texts(out, n)
 
@@ -257,10 +257,10 @@ def generate(model, prompt, n: int, *, key=None, temperature: float = 1.0, top_k
     `cache`: keep each position's keys and values (O(T) work a token, within the context);
     False runs a whole window a token, and slides it past the context. `speed`: the faster forms
     to decode with (`attention_jax.speed`, and decoding's layout of the weights,
-    `speed.decoding`); None: the model as built. `weights`: the dtype the weight matrices are
+    `decoding.layout`); None: the model as built. `weights`: the dtype the weight matrices are
     read in while decoding ("bfloat16": half the bytes a token reads, each rounded once;
     activations and sums stay float32; "int8": a quarter, 255 levels a row of [out, in] with a
-    float32 scale each; `speed.decoding` says how each is read); the caller's model is not changed.
+    float32 scale each; `decoding.layout` says how each is read); the caller's model is not changed.
     `backend`: the devices to decode on (`speed.backend_of`; None: the default ones). Each call
     prepares the model again; `Decoder(model, ...)` prepares it once for many calls.
 

@@ -1,4 +1,4 @@
-"""attention_jax.generate: the compiled loop equals decoding by hand, past the context too, and
+"""attention_jax.decoding.generate: the compiled loop equals decoding by hand, past the context too, and
 each token is drawn from the model's own distribution."""
 
 import jax
@@ -9,8 +9,8 @@ from flax import nnx
 
 from attention_jax.config import ModelConfig
 from attention_jax.errors import ConfigError, DataError
-from attention_jax.generate import generate, next_token
-from attention_jax.inspect import ablate
+from attention_jax.decoding.generate import generate, next_token
+from attention_jax.analysis.inspect import ablate
 from attention_jax.model import LanguageModel
 
 from helpers import forward
@@ -156,7 +156,7 @@ def test_ctrl_c_ends_a_long_generate_within_a_second_keeping_the_tokens_drawn(mo
 def test_one_prompt_gives_its_text_and_a_batch_a_list_checked_once(model, monkeypatch):
     """One return type a kind of input: ids [P] -> its text [P + n]; a batch ([B, P] or a list of any
     lengths) -> a list of B texts. The prompt is read and checked once a call, not again by the Decoder."""
-    from attention_jax import generate as module
+    from attention_jax.decoding import generate as module
     read = []
     monkeypatch.setattr(module, "_prompts", lambda prompt, vocab, f=module._prompts: read.append(1) or f(prompt, vocab))
     one = generate(model, [1, 2, 3], 4, temperature=0)

@@ -1,4 +1,4 @@
-"""attention_jax.discovery: every edge's exact effect equals TransformerLens' loop of patched forwards on the
+"""attention_jax.analysis.discovery: every edge's exact effect equals TransformerLens' loop of patched forwards on the
 same weights; the gradient estimates are the exact effect's first order and integral; circuits reach the logits;
 pre-norm and post-norm models alike."""
 import dataclasses
@@ -7,12 +7,13 @@ import numpy as np
 import pytest
 from flax import nnx
 
-from attention_jax import ConfigError, ModelConfig, discovery
-from attention_jax.discovery import (EdgeScores, acdc, circuit, edge_attribution, edge_patch, faithfulness,
+from attention_jax import ConfigError, ModelConfig
+from attention_jax.analysis import discovery
+from attention_jax.analysis.discovery import (EdgeScores, acdc, circuit, edge_attribution, edge_patch, faithfulness,
                                      patch_paths, smallest_circuit)
-from attention_jax.edges import Graph
+from attention_jax.analysis.edges import Graph
 from attention_jax.model import LanguageModel
-from attention_jax.patching import normalized_logit_diff
+from attention_jax.analysis.patching import normalized_logit_diff
 
 from helpers import gpt2_texts, tl_bridge
 

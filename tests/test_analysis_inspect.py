@@ -1,4 +1,4 @@
-"""Looking inside a model: parameter counts (GPT-2 small from abstract shapes), named intermediates,
+"""Looking inside a model: named intermediates,
 attention maps, per-head weights, and ablations that always put the model back."""
 
 import dataclasses
@@ -10,28 +10,10 @@ import pytest
 from flax import nnx
 
 from attention_jax import functional as F
-from attention_jax.config import GPT2_SMALL, ModelConfig
+from attention_jax.config import ModelConfig
 from attention_jax.errors import ConfigError, DataError
-from attention_jax.inspect import (ablate, attention_blocks, count_params, head_weights, hook_names,
-                                   param_breakdown, patched, run_with_cache)
-from attention_jax.model import Block, LanguageModel
-
-# The chapter's ladder: vocab 1024, d_model 128, each rung adds one thing to the one before.
-RUNG0 = ModelConfig(vocab_size=1024, context=128, d_model=128, mixer="none", positions="none",
-                    feed_forward=False, layer_norm=False)
-RUNG1 = dataclasses.replace(RUNG0, positions="learned", mixer="head")
-RUNG2 = dataclasses.replace(RUNG1, mixer="heads", n_heads=4)
-RUNG3 = dataclasses.replace(RUNG2, feed_forward=True)
-RUNG4 = dataclasses.replace(RUNG3, layer_norm=True)
-RUNG5 = dataclasses.replace(RUNG4, n_layers=2)
-LADDER = [
-    ("embed_and_unembed_only", RUNG0, 263_168),
-    ("learned_positions_and_one_head", RUNG1, 328_704),
-    ("four_heads_with_W_o", RUNG2, 345_216),
-    ("feed_forward", RUNG3, 476_928),
-    ("layer_norm", RUNG4, 477_696),
-    ("two_layers", RUNG5, 675_584),
-]
+from attention_jax.analysis.inspect import ablate, attention_blocks, head_weights, hook_names, patched, run_with_cache
+from attention_jax.model import LanguageModel
 
 TINY = ModelConfig(vocab_size=50, context=8, d_model=32, n_layers=2, n_heads=4)
 B, T = 2, 8
@@ -39,49 +21,6 @@ B, T = 2, 8
 
 def tokens(seed=0):
     return jnp.asarray(np.random.default_rng(seed).integers(0, 50, (B, T)), jnp.int32)
-
-
-# --- counting -------------------------------------------------------------------------------
-
-@pytest.mark.parametrize("config, expected", [(c, n) for _, c, n in LADDER], ids=[name for name, _, _ in LADDER])
-def test_count_params_of_the_ladder(config, expected):
-    assert count_params(config) == expected
-
-
-def test_ladder_steps_cost_what_the_chapter_says():
-    counts = [count_params(c) for _, c, _ in LADDER]
-    assert np.diff(counts).tolist() == [65_536, 16_512, 131_712, 768, 197_888]
-
-
-def test_count_params_of_gpt2_small_from_abstract_shapes():
-    assert count_params(GPT2_SMALL) == 124_439_808
-
-
-def test_param_breakdown_of_gpt2_small():
-    assert param_breakdown(GPT2_SMALL) == {
-        "token_embed": 38_597_376, "position_embed": 786_432, "ln_f": 1_536, "blocks": 85_054_464}
-
-
-def test_one_gpt2_small_block_has_7_087_872_params():
-    block = nnx.eval_shape(lambda: Block(GPT2_SMALL, rngs=nnx.Rngs(0)))
-    parts = param_breakdown(block)
-    assert sum(parts.values()) == 7_087_872
-    assert parts == {"mixer": 2_362_368, "ffn": 4_722_432, "ln1": 1_536, "ln2": 1_536}
-    assert 12 * 7_087_872 == param_breakdown(GPT2_SMALL)["blocks"]
-
-
-def test_count_params_of_the_lecture_tiny_gpt():
-    config = ModelConfig(vocab_size=44, context=96, d_model=64, n_layers=2, n_heads=4,
-                         tie_embeddings=True, qkv_bias=True)
-    assert count_params(config) == 109_056
-
-
-def test_param_breakdown_of_a_model_matches_its_config_and_sums_to_count_params():
-    model = LanguageModel(TINY, rngs=nnx.Rngs(0))
-    parts = param_breakdown(model)
-    assert parts == param_breakdown(TINY)
-    assert sum(parts.values()) == count_params(TINY)
-    assert set(parts) == {"token_embed", "position_embed", "blocks", "ln_f", "lm_head"}
 
 
 # --- attention maps ---------------------------------------------------------------------------
@@ -361,7 +300,7 @@ def test_removing_a_mixer_and_seeing_both_ways_combine():
 
 
 def test_an_empty_head_list_ablates_nothing_and_a_block_past_the_last_is_refused():
-    from attention_jax.inspect import head_weights
+    from attention_jax.analysis.inspect import head_weights
     model = LanguageModel(ModelConfig(vocab_size=50, context=8, d_model=32, n_layers=2, n_heads=4), rngs=nnx.Rngs(0))
     idx = jnp.arange(8)[None]
     with ablate(model, heads={0: []}):
@@ -371,7 +310,7 @@ def test_an_empty_head_list_ablates_nothing_and_a_block_past_the_last_is_refused
 
 
 def test_the_logit_lens_starts_at_the_embedding_and_ends_at_the_models_logits():
-    from attention_jax.inspect import logit_lens
+    from attention_jax.analysis.inspect import logit_lens
     model = LanguageModel(ModelConfig(vocab_size=50, context=8, d_model=32, n_layers=2, n_heads=4), rngs=nnx.Rngs(0))
     idx = jnp.arange(8)[None]
     lens = logit_lens(model, idx)
@@ -424,7 +363,7 @@ def test_a_bidirectional_ablation_of_a_model_without_attention_is_refused():
 def test_a_patch_reading_a_global_is_not_served_a_program_of_its_old_value():
     """`generate` compiles the model with its patches; a patch function whose global changed gave the text
     of the old value. Patches are keyed by what they compute with."""
-    from attention_jax.generate import generate
+    from attention_jax.decoding.generate import generate
     model = LanguageModel(ModelConfig(vocab_size=32, context=16, d_model=16, n_heads=2), rngs=nnx.Rngs(3))
     global ALPHA
     ALPHA = 1.0

@@ -9,10 +9,10 @@ import numpy as np
 import pytest
 from flax import nnx
 
-from attention_jax import viewer
+from attention_jax.analysis import viewer
 from attention_jax.config import ModelConfig
 from attention_jax.errors import ConfigError
-from attention_jax.inspect import run_with_cache
+from attention_jax.analysis.inspect import run_with_cache
 from attention_jax.model import LanguageModel
 
 CHROMIUM = shutil.which("chromium") or shutil.which("chromium-browser")
@@ -165,7 +165,7 @@ def test_hostile_labels_and_titles_run_no_code_add_no_element_and_read_as_text(b
 
 @pytest.mark.slow
 def test_the_patching_view_draws_a_sweep_and_reads_it_back_on_hover(browser, tmp_path):
-    from attention_jax.patching import activation_patch, normalized_logit_diff
+    from attention_jax.analysis.patching import activation_patch, normalized_logit_diff
     model = LanguageModel(ModelConfig(vocab_size=64, context=8, d_model=32, n_layers=2, n_heads=4), rngs=nnx.Rngs(0))
     clean = np.random.default_rng(0).integers(0, 64, (2, 8))
     corrupted = clean.copy()
@@ -238,8 +238,8 @@ def test_two_views_in_one_page_both_draw_and_a_large_sweep_draws(browser, tmp_pa
 
 
 def _edge_scores(**change):
-    from attention_jax.discovery import edge_patch
-    from attention_jax.patching import normalized_logit_diff
+    from attention_jax.analysis.discovery import edge_patch
+    from attention_jax.analysis.patching import normalized_logit_diff
     model, _ = tiny(T=8, **change)
     clean = np.random.default_rng(0).integers(0, 64, (2, 8))
     corrupted = clean.copy()
@@ -249,7 +249,7 @@ def _edge_scores(**change):
 
 @pytest.mark.slow
 def test_the_circuit_view_draws_each_edge_and_reads_it_back_on_hover(browser, tmp_path):
-    from attention_jax.discovery import circuit
+    from attention_jax.analysis.discovery import circuit
     scores = _edge_scores()
     kept = circuit(scores, k=12)
     page, asked, errors = open_page(browser, viewer.CircuitView(scores, kept, title="<b>found</b>").save(tmp_path / "c.html"),

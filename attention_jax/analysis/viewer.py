@@ -11,8 +11,8 @@ per block and head; click one to enlarge it, hover a cell to read its weight). C
 viridis, which reads in greyscale and for the common colour-blindnesses. The weights travel
 inside the page as 16-bit fractions (the lower triangle alone when causal), so a few hundred
 tokens stay a few megabytes at most; everything is drawn on canvases. `PatchingView` shows a
-patching sweep (`attention_jax.patching`) the same way: a heatmap of blocks by positions or
-heads, hover a cell for its value; `CircuitView` draws edge scores (`attention_jax.discovery`) on the
+patching sweep (`attention_jax.analysis.patching`) the same way: a heatmap of blocks by positions or
+heads, hover a cell for its value; `CircuitView` draws edge scores (`attention_jax.analysis.discovery`) on the
 model's graph, a line an edge. Every string goes in as escaped JSON, so no label or title
 can change the page: a token such as `</script>` or `<!--` is shown as text.
 """
@@ -75,7 +75,7 @@ class AttentionView(_View):
 
 
 class PatchingView(_View):
-    """A patching sweep (`attention_jax.patching.Sweep`, or any [layer, ·] / [layer, head, position]
+    """A patching sweep (`attention_jax.analysis.patching.Sweep`, or any [layer, ·] / [layer, head, position]
     array with its axis names) as an interactive heatmap; `labels`: the positions' tokens."""
     kind, function = "ajp", "patchingViewer"
 
@@ -105,7 +105,7 @@ class CircuitView(_View):
     kind, function = "ajc", "circuitViewer"
 
     def __init__(self, scores, edges=None, *, title: str = "circuit"):
-        from attention_jax.discovery import circuit
+        from attention_jax.analysis.discovery import circuit
         graph, effect = scores.graph, np.asarray(scores.effect, np.float64)
         if effect.shape != (len(graph.edges),) or not np.all(np.isfinite(effect)):
             raise ConfigError(f"a circuit view shows one finite effect per edge of its graph ({len(graph.edges)}); "
@@ -119,7 +119,7 @@ class CircuitView(_View):
         self.method = getattr(scores, "method", "exact")
 
     def payload(self) -> dict:
-        from attention_jax.edges import receiver_node
+        from attention_jax.analysis.edges import receiver_node
         place = {n: i for i, n in enumerate(self.graph.names())}
         blocks = 1 + max((int(n.split(".")[0]) for n in self.graph.senders if n != "embed"), default=-1)
         edges = []
@@ -164,7 +164,7 @@ def view(model, ids, labels=None, *, title: str = "attention") -> AttentionView:
     """Every attention block's weights on one text (`ids` [T]); `labels`: how each token reads
     (default: its id)."""
     import jax.numpy as jnp
-    from attention_jax.inspect import attention_blocks, deterministic, run_with_cache
+    from attention_jax.analysis.inspect import attention_blocks, deterministic, run_with_cache
     from attention_jax.layers import check_ids
     paths = attention_blocks(model)
     if not paths:

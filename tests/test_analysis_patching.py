@@ -1,4 +1,4 @@
-"""attention_jax.patching: a compiled sweep equals patching one activation at a time by hand, for every
+"""attention_jax.analysis.patching: a compiled sweep equals patching one activation at a time by hand, for every
 hook kind and axis; the reverse direction; the normalised metric's ends; attribution patching agrees
 with exact patching where the patches are small; and every sweep equals TransformerLens' on the same
 Hugging Face weights (its TransformerBridge, one forward per patch)."""
@@ -13,9 +13,9 @@ from flax import nnx
 from attention_jax.config import ModelConfig
 from attention_jax.errors import ConfigError, DataError
 from attention_jax.fingerprint import Keyed
-from attention_jax.inspect import patched, run_with_cache
+from attention_jax.analysis.inspect import patched, run_with_cache
 from attention_jax.model import LanguageModel
-from attention_jax.patching import (HOOKS, activation_patch, attribution_patch, logit_diff,
+from attention_jax.analysis.patching import (HOOKS, activation_patch, attribution_patch, logit_diff,
                                     normalized_logit_diff)
 
 from helpers import gpt2_texts, tl_bridge
@@ -162,7 +162,7 @@ def test_a_metric_is_keyed_by_the_values_it_reads_not_by_its_identity(case):
     """A compiled sweep is reused for a metric computing the same (one program), and never for one whose
     global changed since: that sweep equals one with the new value written in."""
     global ANSWER
-    from attention_jax.patching import _sweep
+    from attention_jax.analysis.patching import _sweep
     model, clean, corrupted, _ = case
     ANSWER = 3
     first = activation_patch(model, clean, corrupted, reads_a_global).values
@@ -210,7 +210,7 @@ def test_a_model_with_dropout_is_analysed_with_dropout_off(case):
 def test_the_default_batch_of_patches_fits_its_memory_bound():
     """The default side-by-side batch keeps the compiled sweep's scratch memory under `MEMORY` (0.3 GiB
     here), where every patch at once held 5.6 GiB."""
-    from attention_jax import patching
+    from attention_jax.analysis import patching
     config = ModelConfig(vocab_size=8192, context=64, d_model=256, n_layers=4, n_heads=8)
     model = LanguageModel(config, rngs=nnx.Rngs(0))
     tokens = np.random.default_rng(0).integers(0, 8192, (8, 64))
@@ -270,7 +270,7 @@ def test_ctrl_c_ends_a_long_sweep_at_the_end_of_its_batch(case):
     import _thread
     import threading
     import time
-    from attention_jax import patching
+    from attention_jax.analysis import patching
     model, clean, corrupted, metric = case
     activation_patch(model, clean, corrupted, metric, batch_size=1)        # compiled before the clock
     calls, real = [], patching._sweep

@@ -1,4 +1,4 @@
-"""attention_jax.decode: the compiled loops. The cached loop writes the tokens the windows loop writes,
+"""attention_jax.decoding.loops: the compiled loops. The cached loop writes the tokens the windows loop writes,
 and keeps the weights as the decoder stores them: no copy of another dtype or layout per call."""
 
 import dataclasses
@@ -10,9 +10,9 @@ import numpy as np
 import pytest
 from flax import nnx
 
-from attention_jax import decode
+from attention_jax.decoding import loops as decode
 from attention_jax.config import ModelConfig
-from attention_jax.generate import Decoder
+from attention_jax.decoding.generate import Decoder
 from attention_jax.model import LanguageModel
 
 from helpers import hlo_computations

@@ -1,4 +1,4 @@
-"""attention_jax.edges: the residual rewrite is the model with no edge patched, the other run with every
+"""attention_jax.analysis.edges: the residual rewrite is the model with no edge patched, the other run with every
 edge patched, and patching every edge into one receiver gives it the other run's input."""
 import dataclasses
 
@@ -8,7 +8,8 @@ import numpy as np
 import pytest
 from flax import nnx
 
-from attention_jax import ConfigError, ModelConfig, edges
+from attention_jax import ConfigError, ModelConfig
+from attention_jax.analysis import edges
 from attention_jax.model import LanguageModel
 
 BASE = ModelConfig(vocab_size=23, context=8, d_model=16, n_heads=2, n_layers=2, mixer="heads")
@@ -126,7 +127,7 @@ def test_one_edge_patched_alone_equals_its_mask_from_the_first_block_or_its_own(
 def _by_hooks(model, edge: str, clean, corrupted):
     """Logits of `clean` with one post-norm edge patched, written with the model's own hook points: the
     receiver's input changed by the other run's term of that one sender, nothing else."""
-    from attention_jax.inspect import patched, run_with_cache
+    from attention_jax.analysis.inspect import patched, run_with_cache
     _, mine = run_with_cache(model, clean)
     _, other = run_with_cache(model, corrupted)
     sender, receiver = edge.split("->")

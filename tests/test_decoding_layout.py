@@ -1,4 +1,4 @@
-"""attention_jax.speed.decoding: the weights laid out as decoding reads them give the model's numbers,
+"""attention_jax.decoding.layout: the weights laid out as decoding reads them give the model's numbers,
 and bfloat16 weights round the weights alone, never the activations."""
 
 import dataclasses
@@ -12,14 +12,14 @@ import pytest
 from flax import nnx
 
 from attention_jax.config import ModelConfig
-from attention_jax.inspect import swap
+from attention_jax.analysis.inspect import swap
 from attention_jax.layers import Dense
 from attention_jax.model import LanguageModel
-from attention_jax.speed import decoding
+from attention_jax.decoding import layout
 
 from helpers import forward, hlo_computations
 
-generation = importlib.import_module("attention_jax.generate")
+generation = importlib.import_module("attention_jax.decoding.generate")
 BASE = ModelConfig(vocab_size=101, context=16, d_model=48, n_layers=2, n_heads=4)
 
 
@@ -33,7 +33,7 @@ def model(**change):
 def test_float32_weights_give_x_times_w_transposed(lead, rng):
     x = rng.standard_normal((*lead, 24)).astype(np.float32)
     w = rng.standard_normal((40, 24)).astype(np.float32)                     # [out, in]
-    np.testing.assert_allclose(decoding.product(jnp.asarray(x), jnp.asarray(w)), x @ w.T, rtol=1e-5, atol=1e-5)
+    np.testing.assert_allclose(layout.product(jnp.asarray(x), jnp.asarray(w)), x @ w.T, rtol=1e-5, atol=1e-5)
 
 
 @pytest.mark.parametrize("lead", [(1, 1), (2, 1), (4, 1), (3, 5)])
@@ -43,7 +43,7 @@ def test_bfloat16_weights_round_the_weights_and_not_the_activations(lead, rng):
     x = rng.standard_normal((*lead, 64)).astype(np.float32) * 10
     w = jnp.asarray(rng.standard_normal((96, 64)), jnp.bfloat16)
     exact = x.astype(np.float64) @ np.asarray(w, np.float64).T
-    got = np.asarray(decoding.product(jnp.asarray(x), w))
+    got = np.asarray(layout.product(jnp.asarray(x), w))
     x_rounded = np.asarray(jnp.asarray(x).astype(jnp.bfloat16), np.float64) @ np.asarray(w, np.float64).T
     assert got.dtype == np.float32 and got.shape == (*lead, 96)
     error, rounding_x = np.abs(got - exact).max(), np.abs(x_rounded - exact).max()
@@ -53,7 +53,7 @@ def test_bfloat16_weights_round_the_weights_and_not_the_activations(lead, rng):
 def test_float16_weights_are_held_as_float32_with_their_float16_values(rng):
     layer = Dense(8, 12, bias=True, init="gpt2", rngs=nnx.Rngs(0))
     layer.kernel[...] = layer.kernel[...].astype(jnp.float16)
-    twin = decoding.DecodingDense(layer)
+    twin = layout.DecodingDense(layer)
     assert twin.weight[...].dtype == jnp.float32 and twin.weight[...].shape == (12, 8)
     np.testing.assert_array_equal(twin.weight[...], np.asarray(layer.kernel[...], np.float32).T)
     x = jnp.asarray(rng.standard_normal((2, 8)), jnp.float32)
@@ -65,14 +65,14 @@ def test_the_layout_gives_the_logits_of_the_model_as_built(tie, rng):
     m = model(tie_embeddings=tie)
     ids = jnp.asarray(rng.integers(0, BASE.vocab_size, (3, 9)))
     want = forward(m, ids)
-    parts = decoding.parts(m)
+    parts = layout.parts(m)
     assert ("token_embed" in parts) == tie and "blocks.0.mixer.qkv" in parts and ("lm_head" in parts) != tie
     undo = swap(m, parts)
     np.testing.assert_allclose(forward(m, ids), want, rtol=1e-5, atol=1e-5)
     undo()
     low = generation.rounded(m, "bfloat16")
     want_low = forward(low, ids)
-    swap(low, decoding.parts(low))
+    swap(low, layout.parts(low))
     assert low.blocks[0].mixer.qkv.weight[...].dtype == jnp.bfloat16
     np.testing.assert_allclose(forward(low, ids), want_low, rtol=1e-4, atol=1e-4 * float(np.std(want_low)))
 
@@ -91,11 +91,11 @@ def test_a_decoder_is_a_snapshot_that_leaves_the_model_alone():
 def test_int8_levels_give_back_the_matrix_to_half_a_step_of_each_row(rng):
     w = rng.standard_normal((7, 16)).astype(np.float32) * np.arange(1, 8)[:, None]
     w[3] = 0                                                                     # a row of zeros: scale 1, levels 0
-    q, scale = decoding.quantized(jnp.asarray(w))
+    q, scale = layout.quantized(jnp.asarray(w))
     assert q.dtype == jnp.int8 and scale.shape == (7,) and int(jnp.abs(q).max()) == 127
     wide = np.asarray(q, np.float32) * np.asarray(scale)[:, None]
     assert np.all(np.abs(wide - w) <= np.asarray(scale)[:, None] / 2 + 1e-7) and not wide[3].any()
-    np.testing.assert_array_equal(decoding.quantized(jnp.asarray(wide))[0], q)  # levels of levels: the same
+    np.testing.assert_array_equal(layout.quantized(jnp.asarray(wide))[0], q)  # levels of levels: the same
 
 
 @pytest.mark.parametrize("lead", [(1, 1), (3, 5)])
@@ -103,10 +103,10 @@ def test_int8_weights_round_the_weights_and_not_the_activations(lead, rng):
     """Two int8 parts of one scale a row keep ~15 bits of each activation: against float64 on the
     dequantized weights, the error is far below rounding the activations to one int8 part."""
     x = rng.standard_normal((*lead, 64)).astype(np.float32) * 10
-    q, scale = decoding.quantized(jnp.asarray(rng.standard_normal((96, 64)), jnp.float32))
+    q, scale = layout.quantized(jnp.asarray(rng.standard_normal((96, 64)), jnp.float32))
     wide = np.asarray(q, np.float64) * np.asarray(scale, np.float64)[:, None]
     exact = x.astype(np.float64) @ wide.T
-    got = np.asarray(decoding.product(jnp.asarray(x), q, scale))
+    got = np.asarray(layout.product(jnp.asarray(x), q, scale))
     a = np.abs(x).max(-1, keepdims=True) / 127
     one_part = (np.round(x / a) * a) @ wide.T
     error, rounding_x = np.abs(got - exact).max(), np.abs(one_part - exact).max()
@@ -119,7 +119,7 @@ def test_int8_decoding_gives_the_logits_of_its_rounded_model(rng):
     exact, low = forward(m, ids), generation.rounded(m, "int8")
     want = forward(low, ids)
     assert 0 < np.abs(want - exact).max() < 0.25 * exact.std()                  # the weights' rounding, stated
-    swap(low, decoding.parts(low, int8=True))
+    swap(low, layout.parts(low, int8=True))
     assert low.blocks[0].mixer.qkv.weight[...].dtype == jnp.int8 and low.token_embed.embedding[...].dtype == jnp.int8
     np.testing.assert_allclose(forward(low, ids), want, rtol=0, atol=1e-3 * float(np.std(want)))
     np.testing.assert_allclose(low.token_embed(ids), generation.rounded(m, "int8").token_embed(ids), rtol=1e-6)
@@ -131,9 +131,9 @@ def test_the_compiled_product_of_rows_takes_the_weight_as_its_left_operand(weigh
     """[out, rows] out of the dot, the weight streamed as its left operand: without the barrier in
     `_streamed`, XLA folds the transpose into the dot and swaps its operands back ([rows, out])."""
     w = jnp.asarray(rng.standard_normal((40, 24)), jnp.float32)
-    w, scale = decoding.quantized(w) if weights == "int8" else (w.astype(weights), None)
+    w, scale = layout.quantized(w) if weights == "int8" else (w.astype(weights), None)
     x = jnp.zeros((*lead, 24), jnp.float32)
-    hlo = jax.jit(decoding.product).lower(x, w, scale).compile().as_text()
+    hlo = jax.jit(layout.product).lower(x, w, scale).compile().as_text()
     out = {tuple(map(int, d.split(","))) for d in re.findall(r"= \w+\[(\d+,\d+)\]\{[\d,]*\} dot\(", hlo)}
     assert out == {(40, rows)}, out
 
@@ -153,9 +153,9 @@ def test_one_row_reads_the_weight_in_one_loop_that_computes_nothing_else(weights
     `_widened_row`, the GELU is fused into the loop and redone for every row of the weight; without
     the reduce_precision, the bias pulls the product into a kernel fed a float32 copy of the weight."""
     w = jnp.asarray(rng.standard_normal((40, 24)), jnp.float32)
-    w, scale = decoding.quantized(w) if weights == "int8" else (w.astype(weights), None)
+    w, scale = layout.quantized(w) if weights == "int8" else (w.astype(weights), None)
     x, b = jnp.zeros((1, 1, 24), jnp.float32), jnp.ones((40,), jnp.float32)
-    step = jax.jit(lambda x, w, scale, b: decoding.product(jax.nn.gelu(x * 3 + 1), w, scale) + b)
+    step = jax.jit(lambda x, w, scale, b: layout.product(jax.nn.gelu(x * 3 + 1), w, scale) + b)
     hlo = step.lower(x, w, scale, b).compile().as_text()
     (loop,) = _fused_ops(hlo)
     assert loop <= {"parameter", "bitcast", "convert", "transpose", "copy", "dot"}, loop

@@ -29,7 +29,7 @@ from flax import nnx
 
 from attention_jax.errors import ConfigError
 from attention_jax.fingerprint import Keyed, fingerprint
-from attention_jax.inspect import deterministic, patched, run_with_cache
+from attention_jax.analysis.inspect import deterministic, patched, run_with_cache
 from attention_jax.layers import check_ids
 
 # hook kind -> (its name in block i, the axes of its value after the batch's)

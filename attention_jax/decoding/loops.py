@@ -21,7 +21,7 @@ import jax.numpy as jnp
 import numpy as np
 from flax import nnx
 
-from attention_jax import kv_cache
+from attention_jax.decoding import kv_cache
 
 CHUNK_SECONDS = 0.25     # a Ctrl-C is answered within about this, and each chunk costs one call's launch
 FIRST_CHUNK = 4

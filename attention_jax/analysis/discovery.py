@@ -15,7 +15,7 @@ The clean text runs, and a patched edge carries its sender's output from the cor
 output, at none patched (EAP, Syed et al. 2023), or averaged along the straight line from none
 patched to every edge patched (`steps`: integrated gradients over the edges, whose effects then
 sum to the whole clean-corrupted change)). Each is one compiled program over the edge graph
-(`attention_jax.edges`), the edges vmapped side by side in memory-bounded batches.
+(`attention_jax.analysis.edges`), the edges vmapped side by side in memory-bounded batches.
 """
 from __future__ import annotations
 
@@ -27,10 +27,10 @@ import jax.numpy as jnp
 import numpy as np
 from flax import nnx
 
-from attention_jax import edges as E
+from attention_jax.analysis import edges as E
 from attention_jax.errors import ConfigError
-from attention_jax.inspect import deterministic
-from attention_jax.patching import check_metric, in_batches, side_by_side, token_pair
+from attention_jax.analysis.inspect import deterministic
+from attention_jax.analysis.patching import check_metric, in_batches, side_by_side, token_pair
 
 
 @dataclasses.dataclass(frozen=True)

@@ -10,8 +10,8 @@ from flax import nnx
 
 from attention_jax.config import ModelConfig
 from attention_jax.errors import ConfigError
-from attention_jax.generate import generate
-from attention_jax.kv_cache import cached
+from attention_jax.decoding.generate import generate
+from attention_jax.decoding.kv_cache import cached
 from attention_jax.model import LanguageModel
 
 from helpers import decode_step, forward
@@ -98,7 +98,7 @@ def test_what_the_cache_cannot_hold_is_refused_in_one_line():
 
 
 def test_a_decoder_keeps_the_caches_shapes_not_a_cache_and_makes_none_for_no_new_token():
-    from attention_jax.generate import Decoder
+    from attention_jax.decoding.generate import Decoder
     decoder = Decoder(model())
     assert np.shape(decoder(prompts(2), 0, temperature=0)) == (2, 5) and decoder._made == {}
     first = decoder(prompts(2), 4, temperature=0)
@@ -176,7 +176,7 @@ def test_rows_that_are_no_prompts_are_refused_in_one_line():
 def test_bfloat16_weights_give_logits_within_five_hundredths_of_a_standard_deviation(positions):
     """Every weight matrix rounded once to bfloat16 (8 bits of mantissa), activations and sums in
     float32: the logits move by under 0.05 of their spread, and decoding runs with them."""
-    from attention_jax.generate import rounded
+    from attention_jax.decoding.generate import rounded
     m = model(positions=positions)
     ids = jnp.asarray(prompts(3, length=BASE.context))
     low = rounded(m, "bfloat16")

@@ -1,4 +1,4 @@
-"""attention_jax.kv_cache: the key/value cache as a twin of the model. The cache writes where the clock
+"""attention_jax.decoding.kv_cache: the key/value cache as a twin of the model. The cache writes where the clock
 stands and returns every slot written; a left-padded row takes its positions after its padding and
 its queries never read it; one row's cache is written in place; the model as built comes back."""
 import re
@@ -11,8 +11,8 @@ from flax import nnx
 
 from attention_jax.config import ModelConfig
 from attention_jax.errors import ConfigError
-from attention_jax.inspect import ablate
-from attention_jax.kv_cache import Clock, KVCache, cached
+from attention_jax.analysis.inspect import ablate
+from attention_jax.decoding.kv_cache import Clock, KVCache, cached
 from attention_jax.model import LanguageModel
 
 SMALL = ModelConfig(vocab_size=40, context=32, d_model=32, n_layers=2, n_heads=4)
@@ -46,7 +46,7 @@ def test_one_row_s_cache_is_written_in_place_not_copied_each_token():
     graph, state = nnx.split(model)
 
     def step(state, token):
-        from attention_jax.kv_cache import Cached
+        from attention_jax.decoding.kv_cache import Cached
         m = nnx.merge(graph, state)
         return nnx.state(m), Cached.resume(m)(token)[:, -1].argmax(-1)
 

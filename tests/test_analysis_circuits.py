@@ -1,4 +1,4 @@
-"""attention_jax.circuits: factored matrices give the full matrices' products, norms and eigenvalues; the
+"""attention_jax.analysis.circuits: factored matrices give the full matrices' products, norms and eigenvalues; the
 direct logit attribution adds up to the logit difference; what the analyses cannot mean is refused;
 and composition scores, OV eigenvalues and attributions equal TransformerLens' on the same weights."""
 
@@ -10,11 +10,11 @@ import numpy as np
 import pytest
 from flax import nnx
 
-from attention_jax import circuits as C
+from attention_jax.analysis import circuits as C
 from attention_jax.config import ModelConfig
 from attention_jax.errors import ConfigError, DataError
 from attention_jax.model import LanguageModel
-from attention_jax.patching import logit_diff
+from attention_jax.analysis.patching import logit_diff
 
 from helpers import oracle, tiny_gpt2, tl_bridge
 
@@ -44,7 +44,7 @@ def test_a_factored_matrix_is_its_product_in_every_operation():
 
 
 def test_the_circuits_are_the_heads_weights(model):
-    from attention_jax.inspect import head_weights
+    from attention_jax.analysis.inspect import head_weights
     w = head_weights(model, 1)
     np.testing.assert_allclose(C.qk(model).full()[1, 2], w["q"][2] @ w["k"][2].T, atol=1e-6)
     np.testing.assert_allclose(C.ov(model).full()[1, 2], w["v"][2] @ w["o"][2], atol=1e-6)
@@ -96,7 +96,7 @@ def test_direct_logit_attribution_adds_up_to_the_logit_difference(model):
 
 def _bias_share(model, tokens, block):
     """The biases a block's heads add whatever they attend to, through the frozen final LayerNorm."""
-    _, cache = __import__("attention_jax.inspect", fromlist=["run_with_cache"]).run_with_cache(
+    _, cache = __import__("attention_jax.analysis.inspect", fromlist=["run_with_cache"]).run_with_cache(
         model, jnp.asarray(tokens), ["final"])
     final = cache["final"][:, -1]
     scale = jnp.sqrt(jnp.var(final, axis=-1, keepdims=True) + model.config.ln_eps)
