@@ -157,6 +157,12 @@ class ModelConfig:
         return self.ff_mult * self.d_model
 
     @property
+    def post_norm(self) -> bool:
+        """Whether a LayerNorm follows each sub-layer's add, LN(x + f(x)): layer_norm on and norm "post"
+        (without LayerNorm there is nothing after the add, whatever `norm` says)."""
+        return self.layer_norm and self.norm == "post"
+
+    @property
     def max_positions_used(self) -> int:
         """Rows of the learned position table: max_positions, else the context."""
         return self.max_positions or self.context

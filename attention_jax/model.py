@@ -159,8 +159,10 @@ class Block(nnx.Module):
     """Mixer then feed-forward, each wrapped as pre-norm `x + f(LN(x))` or post-norm `LN(x + f(x))`.
 
     A sub-layer that is `None` is skipped, so ablating one is replacing it by None
-    (`attention_jax.analysis.inspect.ablate`). Hook points, each [B, T, D]: resid_pre, mixer_out
-    (the mixer sub-layer's output, before it is added), resid_mid, ffn_out, resid_post.
+    (`attention_jax.analysis.inspect.ablate`). Hook points, each [B, T, D]: resid_pre, mixer_in (the
+    mixer's input, before its pre-norm), mixer_out (its output, before it is added), resid_mid,
+    ffn_in, ffn_out, resid_post. The inputs are where edge patching's receivers read
+    (`analysis.edges`): a twin there may hand the sub-layer one input per head.
     """
 
     def __init__(self, config: ModelConfig, *, rngs: nnx.Rngs):
@@ -172,25 +174,26 @@ class Block(nnx.Module):
             if config.layer_norm and part is not None else None
         self.ln1, self.ln2 = norm(self.mixer), norm(self.ffn)
         self.drop = dropout(config, rngs)
-        self.hook_resid_pre, self.hook_mixer_out, self.hook_resid_mid = Hook(), Hook(), Hook()
-        self.hook_ffn_out, self.hook_resid_post = Hook(), Hook()
+        self.hook_resid_pre, self.hook_mixer_in, self.hook_mixer_out = Hook(), Hook(), Hook()
+        self.hook_resid_mid, self.hook_ffn_in, self.hook_ffn_out, self.hook_resid_post = Hook(), Hook(), Hook(), Hook()
 
-    def _sublayer(self, x, f, ln, residual, hook):
-        pre = self.config.norm == "pre"
-        y = f(ln(x) if (ln is not None and pre) else x)
+    def _sublayer(self, x, f, ln, residual, hook_in, hook_out):
+        post = ln is not None and self.config.post_norm
+        h = hook_in(x)
+        y = f(h if ln is None or post else ln(h))
         if self.drop is not None:
             y = self.drop(y)
-        y = hook(y)
+        y = hook_out(y)
         x = x + y if residual else y
-        return ln(x) if (ln is not None and not pre) else x
+        return ln(x) if post else x
 
     def __call__(self, x):
         x = self.hook_resid_pre(x)
         if self.mixer is not None:
-            x = self._sublayer(x, self.mixer, self.ln1, self.config.residual, self.hook_mixer_out)
+            x = self._sublayer(x, self.mixer, self.ln1, self.config.residual, self.hook_mixer_in, self.hook_mixer_out)
         x = self.hook_resid_mid(x)
         if self.ffn is not None:
-            x = self._sublayer(x, self.ffn, self.ln2, True, self.hook_ffn_out)
+            x = self._sublayer(x, self.ffn, self.ln2, True, self.hook_ffn_in, self.hook_ffn_out)
         return self.hook_resid_post(x)
 
 

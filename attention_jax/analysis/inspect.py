@@ -9,7 +9,8 @@ Two ideas carry it: TransformerLens' `run_with_cache` (named intermediates) and 
 select/replace (an ablation swaps a part of the model and puts it back, even when the
 body raises). Names are module paths with `hook_` dropped: `embed`, `positions`,
 `blocks.{i}.resid_pre`, `blocks.{i}.mixer.{q,k,v,z}`, `blocks.{i}.mixer.attention.{scores,weights}`,
-`blocks.{i}.mixer_out`, `blocks.{i}.resid_mid`, `blocks.{i}.ffn_out`, `blocks.{i}.resid_post`,
+`blocks.{i}.mixer_in`, `blocks.{i}.mixer_out`, `blocks.{i}.resid_mid`, `blocks.{i}.ffn_in`,
+`blocks.{i}.ffn_out`, `blocks.{i}.resid_post`,
 `final`, `ln_final`, `logits` (`hook_names(model)` lists a model's own; docs/library.md maps
 them to TransformerLens' names). The model as built computes every one of them.
 """
@@ -60,9 +61,9 @@ def _computed(model, path) -> bool:
         return model.config.positions in ("learned", "sinusoidal")
     if names == ["hook_ln_final"]:
         return model.ln_f is not None
-    if len(names) == 3 and names[0] == "blocks" and names[2] in ("hook_mixer_out", "hook_ffn_out"):
+    if len(names) == 3 and names[0] == "blocks" and names[2].startswith(("hook_mixer_", "hook_ffn_")):
         block = model.blocks[int(names[1])]
-        return (block.mixer if names[2] == "hook_mixer_out" else block.ffn) is not None
+        return (block.mixer if names[2].startswith("hook_mixer_") else block.ffn) is not None
     return True
 
 
