@@ -113,7 +113,7 @@ def test_a_mask_of_another_graph_is_refused():
 def test_one_edge_patched_alone_equals_its_mask_from_the_first_block_or_its_own(name):
     model = _model(name)
     g = edges.graph_of(model)
-    others, mine = (edges.outputs(model, jnp.asarray(t)) for t in (CORRUPTED, CLEAN))
+    others, mine = edges.outputs(model, jnp.asarray(CORRUPTED)), edges.record(model, jnp.asarray(CLEAN))
     scale = float(jnp.std(model(CLEAN)))
     for e in (0, len(g.edges) // 2, len(g.edges) - 1):      # into block 0, a middle receiver, the logits
         s, r = g.edges[e]
@@ -161,7 +161,7 @@ def test_every_post_norm_edge_patched_equals_its_patch_by_the_models_own_hooks(n
     as built through its hook points (a head's q/k/v, z, the sub-layers' outputs, the final stream)."""
     model = _model(name)
     g = edges.graph_of(model)
-    others, mine = (edges.outputs(model, jnp.asarray(t)) for t in (CORRUPTED, CLEAN))
+    others, mine = edges.outputs(model, jnp.asarray(CORRUPTED)), edges.record(model, jnp.asarray(CLEAN))
     scale = float(jnp.std(model(CLEAN)))
     moved = 0
     for e, edge in enumerate(g.names()):

@@ -93,6 +93,11 @@ def _outputs(graphdef, state, tokens):
     return E.outputs(nnx.merge(graphdef, state), tokens)
 
 
+@functools.partial(jax.jit, static_argnames=("graphdef",))
+def _record(graphdef, state, tokens):
+    return E.record(nnx.merge(graphdef, state), tokens)
+
+
 @functools.partial(jax.jit, static_argnames=("graphdef", "graph", "metric"))
 def _patched(graphdef, state, tokens, others, masks, *, graph, metric):
     """The metric with each mask [N, senders, receivers] applied, side by side."""
@@ -119,7 +124,7 @@ def edge_patch(model, clean, corrupted, metric, *, batch_size: int | None = None
     side (default: as many as fit in `patching.MEMORY`)."""
     at = _setup(model, clean, corrupted, metric)
     g, n = at.graph, model.config.n_layers
-    mine = _outputs(at.graphdef, at.state, at.tokens)
+    mine = _record(at.graphdef, at.state, at.tokens)
     pairs = np.asarray(g.edges, np.int32)
     into = np.array([E.block_of(g.receivers[r], n) for r in pairs[:, 1]])
     values = np.zeros(len(pairs))
