@@ -100,45 +100,82 @@ def figure(models: list[dict], gpt2_parts: dict[str, int], block768: dict):
 
 
 def run(ctx) -> Result:
-    from attention_jax.parameters import count_params, param_breakdown
-    p = ctx.settings
+    from attention_jax.parameters import count_params
     blocks = [block_row(d) for d in (128, 768)]
+    models = model_rows(ctx.settings["count_gpt3"])
+    ours, gpt2 = gpt2_rows()
+    gpt2_total = count_params(GPT2_SMALL)
+    table_share = ours["token_embed"] / gpt2_total
+    core, embeddings, gpt3 = gpt3_rows()
+    print(f"GPT-2 small: the token table holds {table_share:.1%} of the parameters")
+    book = [report.book(f"parameters: {r['model']}", r["book"], r["framework"], ",d") for r in models if r["book"]]
+    book += [report.book("GPT-3 by 12·L·d² (+ embeddings)", "175 B (reported)", f"{(core + embeddings) / 1e9:.1f} B")]
+    claims = check(blocks, models, gpt2, gpt2_total, table_share, core, embeddings)
+    return Result(rows=models, claims=claims, book=book,
+                  config={**ctx.settings, "ladder": {r.name: r.config.to_dict() for r in LADDER},
+                          "tiny_gpt": TINY_GPT.to_dict(), "gpt2_small": GPT2_SMALL.to_dict(),
+                          "gpt3": dataclasses.asdict(gpt3_config())},
+                  tables=tables(blocks, models, gpt2, gpt3), figures={"params.png": figure(models, ours, blocks[1])},
+                  extra={"blocks": blocks, "gpt2_small": gpt2, "gpt3": gpt3, "gpt2_token_table_share": table_share})
+
+
+def gpt3_config() -> ModelConfig:
+    g = GPT3
+    return ModelConfig(vocab_size=g["vocab_size"], context=g["context"], d_model=g["d_model"],
+                       n_layers=g["n_layers"], n_heads=96, tie_embeddings=True, qkv_bias=True)
+
+
+def model_rows(count_gpt3: bool) -> list[dict]:
+    """The ladder's models, GPT-2 small and the lecture's tiny GPT (and GPT-3 in full), by formula and framework."""
     models = [model_row(r.name, r.config, EXPECTED_LADDER.get(r.name)) for r in LADDER]
     models += [model_row("GPT-2 small", GPT2_SMALL, 124_439_808), model_row("tiny char GPT (lecture)", TINY_GPT, 109_056)]
-    g = GPT3
-    gpt3_cfg = ModelConfig(vocab_size=g["vocab_size"], context=g["context"], d_model=g["d_model"],
-                           n_layers=g["n_layers"], n_heads=96, tie_embeddings=True, qkv_bias=True)
-    if p["count_gpt3"]:
-        models.append(model_row("GPT-3 (exact, abstract)", gpt3_cfg, None))
+    if count_gpt3:
+        models.append(model_row("GPT-3 (exact, abstract)", gpt3_config(), None))
+    return models
+
+
+def gpt2_rows() -> tuple[dict[str, int], list[dict]]:
+    """GPT-2 small by formula (per part) and its rows beside the framework's and the book's."""
+    from attention_jax.parameters import param_breakdown
     ours, counted = formula(GPT2_SMALL), param_breakdown(GPT2_SMALL)
     gpt2 = [dict(part=part, formula=ours[part], framework=counted.get(part, 0), book=expected) for part, expected in
             (("token_embed", 38_597_376), ("position_embed", 786_432), ("blocks", 85_054_464), ("ln_f", 1_536))]
     gpt2.insert(3, dict(part="one block", formula=ours["blocks"] // 12, framework=counted["blocks"] // 12, book=7_087_872))
-    gpt2_total = count_params(GPT2_SMALL)
-    table_share = ours["token_embed"] / gpt2_total
+    return ours, gpt2
+
+
+def gpt3_rows() -> tuple[int, int, list[dict]]:
+    """(12·L·d², the embeddings (V + T)·d, the rows beside GPT-3's reported count)."""
+    g = GPT3
     core = 12 * g["n_layers"] * g["d_model"] ** 2                 # the 12·L·d² rule
     embeddings = (g["vocab_size"] + g["context"]) * g["d_model"]
-    gpt3 = [dict(part="12·L·d²", count=core), dict(part="+ (V + T)·d embeddings", count=core + embeddings),
-            dict(part="reported", count=int(g["reported"]))]
+    return core, embeddings, [dict(part="12·L·d²", count=core), dict(part="+ (V + T)·d embeddings", count=core + embeddings),
+                              dict(part="reported", count=int(g["reported"]))]
 
-    t_block = report.format_table([("d", "d", "d"), ("attention", "attention 4d²+4d", ",d"),
-                                   ("mlp", "MLP 8d²+5d", ",d"), ("norms", "LayerNorms 4d", ",d"),
-                                   ("total", "12d²+13d", ",d"), ("framework", "framework", ",d"),
-                                   ("mlp_share", "MLP share", ".1%")], blocks)
-    t_models = report.format_table([("model", "model", "s"), ("formula", "formula", ",d"),
-                                    ("framework", "count_params", ",d"), ("book", "book / issue", ",d")], models)
-    t_gpt2 = report.format_table([("part", "GPT-2 small", "s"), ("formula", "formula", ",d"),
-                                  ("framework", "param_breakdown", ",d"), ("book", "book", ",d")], gpt2)
-    t_gpt3 = report.format_table([("part", "GPT-3 (L = 96, d = 12,288)", "s"), ("count", "parameters", ",d")], gpt3)
-    print(f"GPT-2 small: the token table holds {table_share:.1%} of the parameters")
 
+def tables(blocks: list[dict], models: list[dict], gpt2: list[dict], gpt3: list[dict]) -> dict[str, str]:
+    return {"One block": report.format_table([("d", "d", "d"), ("attention", "attention 4d²+4d", ",d"),
+                                              ("mlp", "MLP 8d²+5d", ",d"), ("norms", "LayerNorms 4d", ",d"),
+                                              ("total", "12d²+13d", ",d"), ("framework", "framework", ",d"),
+                                              ("mlp_share", "MLP share", ".1%")], blocks),
+            "Models": report.format_table([("model", "model", "s"), ("formula", "formula", ",d"),
+                                           ("framework", "count_params", ",d"), ("book", "book / issue", ",d")], models),
+            "GPT-2 small": report.format_table([("part", "GPT-2 small", "s"), ("formula", "formula", ",d"),
+                                                ("framework", "param_breakdown", ",d"), ("book", "book", ",d")], gpt2),
+            "GPT-3": report.format_table([("part", "GPT-3 (L = 96, d = 12,288)", "s"), ("count", "parameters", ",d")],
+                                         gpt3)}
+
+
+def check(blocks: list[dict], models: list[dict], gpt2: list[dict], gpt2_total: int, table_share: float,
+          core: int, embeddings: int) -> list[dict]:
+    """Every count by formula against the framework's, and the chapter's statements about them."""
     ladder = {r["model"]: r["framework"] for r in models}
     no_qkv_bias = block_framework(ModelConfig(d_model=768, n_heads=12))
     claims = [report.claim(f"{r['model']}: formula equals the framework count", r["formula"] == r["framework"]
                            and r["book"] in (None, r["framework"]),
                            f"{r['formula']:,} vs {r['framework']:,}" + (f" (listed {r['book']:,})" if r["book"] else ""))
               for r in models]
-    claims += [
+    return claims + [
         report.claim("one block is 12d² + 13d, split 4d²+4d / 8d²+5d / 4d, MLP ≈ 2/3",
                      all(b["total"] == b["framework"] and b["parts_match"] and abs(b["mlp_share"] - 2 / 3) < 0.01
                          for b in blocks), ", ".join(f"d={b['d']}: {b['framework']:,}, MLP {b['mlp_share']:.1%}"
@@ -155,18 +192,9 @@ def run(ctx) -> Result:
                      == (16_512, 768), f"+{ladder['heads'] - ladder['head_residual']:,}, "
                                        f"+{ladder['layer_norm'] - ladder['feed_forward']:,}"),
         report.claim("12·L·d² plus embeddings lands within 1% of GPT-3's reported 175 B",
-                     abs((core + embeddings) / g["reported"] - 1) < 0.01,
+                     abs((core + embeddings) / GPT3["reported"] - 1) < 0.01,
                      f"{core / 1e9:.1f} B + {embeddings / 1e9:.2f} B = {(core + embeddings) / 1e9:.1f} B"),
     ]
-    book = [report.book(f"parameters: {r['model']}", r["book"], r["framework"], ",d") for r in models if r["book"]]
-    book += [report.book("GPT-3 by 12·L·d² (+ embeddings)", "175 B (reported)", f"{(core + embeddings) / 1e9:.1f} B")]
-    return Result(rows=models, claims=claims, book=book,
-                  config={**p, "ladder": {r.name: r.config.to_dict() for r in LADDER},
-                          "tiny_gpt": TINY_GPT.to_dict(), "gpt2_small": GPT2_SMALL.to_dict(),
-                          "gpt3": dataclasses.asdict(gpt3_cfg)},
-                  tables={"One block": t_block, "Models": t_models, "GPT-2 small": t_gpt2, "GPT-3": t_gpt3},
-                  figures={"params.png": figure(models, ours, blocks[1])},
-                  extra={"blocks": blocks, "gpt2_small": gpt2, "gpt3": gpt3, "gpt2_token_table_share": table_share})
 
 
 EXPERIMENT = Experiment(NAME, __doc__, PRESETS, run, smoke_decides=True)   # exact claims: decided at any budget

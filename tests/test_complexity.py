@@ -30,7 +30,7 @@ def fake_child(calls, oom_from=None):
 @pytest.mark.slow
 def test_columns_ratios_and_exponents_are_exact(tmp_path, monkeypatch, capsys):
     calls = []
-    monkeypatch.setattr(complexity, "run_child", fake_child(calls))
+    monkeypatch.setattr(complexity.command, "run_child", fake_child(calls))
     out = complexity.EXPERIMENT(preset="smoke", max_tokens=300, out=str(tmp_path)).extra
     assert {n for _, n, _ in calls} == {128, 256}                         # --max-tokens respected
     for rows in out["results"].values():
@@ -53,7 +53,7 @@ def test_columns_ratios_and_exponents_are_exact(tmp_path, monkeypatch, capsys):
 @pytest.mark.slow
 def test_out_of_memory_rows_are_estimated_and_the_rest_goes_on(tmp_path, monkeypatch):
     calls = []
-    monkeypatch.setattr(complexity, "run_child", fake_child(calls, oom_from=256))
+    monkeypatch.setattr(complexity.command, "run_child", fake_child(calls, oom_from=256))
     result = complexity.EXPERIMENT(preset="smoke", out=str(tmp_path))
     out = {**result.extra, "claims": result.claims}
     naive = out["results"]["naive"]
@@ -70,7 +70,7 @@ def test_out_of_memory_rows_are_estimated_and_the_rest_goes_on(tmp_path, monkeyp
 @pytest.mark.slow
 def test_a_naive_layer_stopped_by_the_largest_n_not_memory_says_so(tmp_path, monkeypatch):
     """On a GPU with room to spare, naive reaches the largest n asked for: the claim must not read as memory."""
-    monkeypatch.setattr(complexity, "run_child", fake_child([]))
+    monkeypatch.setattr(complexity.command, "run_child", fake_child([]))
     result = complexity.EXPERIMENT(preset="smoke", max_tokens=256, out=str(tmp_path))
     keeps_going = next(c for c in result.claims if "keeps going" in c["claim"])
     assert "naive up to 256 (then: the largest n asked for, not memory)" in keeps_going["measured"]
@@ -79,7 +79,7 @@ def test_a_naive_layer_stopped_by_the_largest_n_not_memory_says_so(tmp_path, mon
 @pytest.mark.slow
 def test_an_interrupted_run_resumes_and_variants_can_be_chosen(tmp_path, monkeypatch, capsys):
     calls, folder = [], tmp_path / "complexity"
-    monkeypatch.setattr(complexity, "run_child", fake_child(calls))
+    monkeypatch.setattr(complexity.command, "run_child", fake_child(calls))
     folder.mkdir()
     cached = fake_child([])(128, "memeff", repeats=1, chunk_size=512) | {"ms": 123.0, "layer": complexity.LAYER}
     older = fake_child([])(256, "memeff", repeats=1, chunk_size=512)        # a row of the layer before: measured again
@@ -151,7 +151,7 @@ def test_the_table_is_float32_products_on_every_backend(monkeypatch, backend, in
 
 def test_a_memory_budget_that_leaves_no_slope_is_one_line_not_claims_failing_on_nan(tmp_path, capsys, monkeypatch):
     calls = []
-    monkeypatch.setattr(complexity, "run_child", fake_child(calls, oom_from=128))
+    monkeypatch.setattr(complexity.command, "run_child", fake_child(calls, oom_from=128))
     # Under the headroom every row keeps free, nothing could run: refused before any process starts.
     code = complexity.main(["--preset", "smoke", "--out", str(tmp_path), "--memory-budget-mb", "1"])
     err = capsys.readouterr().err.strip()

@@ -1,4 +1,4 @@
-"""The library apart from the lab: what `import attention_jax` pulls in, and how its files are kept."""
+"""The library apart from the lab: what `import attention_jax` pulls in, and how its files (and the lab's) are kept."""
 import ast
 import pathlib
 import subprocess
@@ -9,6 +9,7 @@ import pytest
 ROOT = pathlib.Path(__file__).resolve().parents[1]
 LIBRARY = ROOT / "attention_jax"
 SOURCES = sorted(LIBRARY.rglob("*.py"))
+LAB = sorted((ROOT / "experiments").rglob("*.py"))
 # The lab's tools: plotting, the torch oracle, the command line and allocator tuning.
 LAB_ONLY = {"matplotlib", "torch", "experiments", "argparse", "ctypes", "signal"}
 
@@ -73,15 +74,25 @@ def test_no_library_string_names_a_command_line_flag():
 
 
 
-def test_no_library_function_is_over_60_lines():
+def _long_functions(sources) -> dict[str, int]:
     long = {}
-    for p in SOURCES:
+    for p in sources:
         for node in ast.walk(ast.parse(p.read_text(encoding="utf-8"))):
             if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)):
                 lines = node.end_lineno - node.lineno + 1
                 if lines > 60:
                     long[f"{p.relative_to(ROOT).as_posix()}:{node.name}"] = lines
-    assert long == {}
+    return long
+
+
+def test_no_library_function_is_over_60_lines():
+    assert _long_functions(SOURCES) == {}
+
+
+def test_no_lab_function_is_over_60_lines():
+    """A command's `run` reads as its steps (the flags, the rows or measurements, the tables, the claims),
+    each a function of its own."""
+    assert _long_functions(LAB) == {}
 
 
 def _module(path: pathlib.Path) -> str:
@@ -89,8 +100,8 @@ def _module(path: pathlib.Path) -> str:
     return ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
 
 
-def _library_imports(path: pathlib.Path, modules: set[str]) -> set[str]:
-    """The library modules `path` imports, at the top or inside a function: `from a.b import c` is a.b.c
+def _imports_among(path: pathlib.Path, modules: set[str]) -> set[str]:
+    """The `modules` that `path` imports, at the top or inside a function: `from a.b import c` is a.b.c
     when that is a module, else the module that defines c (a package's lazy exports included)."""
     import importlib
     found = set()
@@ -105,20 +116,34 @@ def _library_imports(path: pathlib.Path, modules: set[str]) -> set[str]:
     return found & modules
 
 
+def _cycles(sources) -> list[list[str]]:
+    """The import circles among `sources` (function-level imports counted): each set of modules that
+    reach one another, sorted (Tarjan's strongly connected components of more than one module)."""
+    modules = {_module(p): p for p in sources}
+    graph = {m: _imports_among(p, set(modules)) - {m} for m, p in modules.items()}
+    order, low, stack, circles = {}, {}, [], []
+
+    def visit(m):
+        order[m] = low[m] = len(order)
+        stack.append(m)
+        for n in sorted(graph[m]):
+            if n not in order:
+                visit(n)
+                low[m] = min(low[m], low[n])
+            elif n in stack:
+                low[m] = min(low[m], order[n])
+        if low[m] == order[m]:          # m heads a component: everything above it on the stack
+            component = stack[stack.index(m):]
+            del stack[stack.index(m):]
+            if len(component) > 1:
+                circles.append(sorted(component))
+    for m in sorted(graph):
+        if m not in order:
+            visit(m)
+    return circles
+
+
 def test_no_library_module_imports_one_that_imports_it_back_lazily_or_not():
     """The import graph, function-level imports counted, has no cycle: each layer sits below the next."""
-    modules = {_module(p): p for p in SOURCES}
-    graph = {m: _library_imports(p, set(modules)) - {m} for m, p in modules.items()}
-    state = {}
+    assert _cycles(SOURCES) == []
 
-    def cycle_from(m, path):
-        state[m] = "open"
-        for n in sorted(graph[m]):
-            if state.get(n) == "open":
-                return path + [n]
-            if n not in state and (found := cycle_from(n, path + [n])):
-                return found
-        state[m] = "done"
-        return None
-    cycles = [found for m in sorted(graph) if m not in state and (found := cycle_from(m, [m]))]
-    assert cycles == []

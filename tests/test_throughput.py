@@ -153,7 +153,7 @@ def test_the_profile_command_lists_the_steps_xla_ops():
 
 @pytest.mark.parametrize("devices, timed_on_one", [(2, True), (1, False)])
 def test_the_one_device_row_is_timed_only_when_ours_runs_on_several(monkeypatch, devices, timed_on_one):
-    monkeypatch.setattr(throughput, "cpu_devices", lambda batch: devices)
+    monkeypatch.setattr(throughput.lineup, "cpu_devices", lambda batch: devices)
     rows = throughput.contestants({"batch": 64}, "system", torch=False, one_device=True)
     assert rows["ours"][0][:3] == ["jax", "--devices", str(devices)]
     assert ("ours, 1 device" in rows) == timed_on_one

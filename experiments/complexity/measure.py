@@ -32,7 +32,7 @@ from attention_jax.speed import fast
 # takes only what it uses (the parent sets this before JAX starts, Experiment.shares_accelerator;
 # here for a child run on its own).
 os.environ.setdefault("XLA_PYTHON_CLIENT_PREALLOCATE", "false")
-from experiments.complexity import D_MODEL, HEADROOM, N_HEADS, VARIANTS, matrix_bytes  # noqa: E402,F401
+from experiments.complexity.constants import D_MODEL, HEADROOM, N_HEADS, VARIANTS, matrix_bytes  # noqa: E402,F401
 
 
 def layer_functions(chunk_size: int = 512) -> tuple[object, dict]:

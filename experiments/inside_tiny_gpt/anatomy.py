@@ -87,68 +87,79 @@ def raw_forward(model, ids, say=print):
     exact GELU -> d -> residual add), final LayerNorm, output layer (the token table's
     transpose when tied). No module's __call__ runs. `say(step, shape)` reports each step.
     """
-    import jax
     import jax.numpy as jnp
     cfg = model.config
     if (cfg.mixer != "heads" or not cfg.feed_forward or not cfg.layer_norm or cfg.norm != "pre"
             or cfg.positions not in ("learned", "none") or not cfg.residual or not cfg.scale):
         raise ConfigError("raw_forward reads a pre-norm GPT with learned (or no) positions, heads, "
                           "feed-forward, residuals and scaled scores")
-    H, dh = cfg.heads_used, cfg.d_head_used
     ids = jnp.asarray(ids)
     T = ids.shape[0]
-    get = lambda p: None if p is None else p[...]
-
-    def layer_norm(x, ln):
-        mu = x.mean(-1, keepdims=True)
-        var = ((x - mu) ** 2).mean(-1, keepdims=True)
-        y = (x - mu) / jnp.sqrt(var + cfg.ln_eps) * get(ln.scale)
-        return y if ln.bias is None else y + get(ln.bias)
-
-    def linear(x, dense):
-        y = x @ get(dense.kernel)
-        return y if dense.bias is None else y + get(dense.bias)
-
-    table = get(model.token_embed.embedding)
+    table = _array(model.token_embed.embedding)
     x = table[ids]
     if cfg.positions == "learned":
-        x = x + get(model.position_embed.embedding)[:T]
+        x = x + _array(model.position_embed.embedding)[:T]
     say("x = token_table[ids] + position_table[:T]", x.shape)
-    causal = jnp.tril(jnp.ones((T, T), bool))
     for i, block in enumerate(model.blocks):
-        first = i == 0
-        h = layer_norm(x, block.ln1)
-        qkv = linear(h, block.mixer.qkv).reshape(T, 3, H, dh)          # columns (q|k|v, head, width)
-        q, k, v = (qkv[:, j].transpose(1, 0, 2) for j in range(3))      # each [H, T, d_h]
-        scores = q @ k.transpose(0, 2, 1) / jnp.sqrt(jnp.float32(dh))
-        scores = jnp.where(causal, scores, -jnp.inf)
-        e = jnp.exp(scores - scores.max(-1, keepdims=True))
-        weights = e / e.sum(-1, keepdims=True)
-        z = (weights @ v).transpose(1, 0, 2).reshape(T, H * dh)         # heads side by side again
-        attn = linear(z, block.mixer.out)
-        x = x + attn
-        h2 = layer_norm(x, block.ln2)
-        up = linear(h2, block.ffn.up)
-        act = 0.5 * up * (1.0 + jax.scipy.special.erf(up / jnp.sqrt(jnp.float32(2.0))))
-        x = x + linear(act, block.ffn.down)
-        if first:
-            say(f"block {i}: h = LayerNorm(x)", h.shape)
-            say(f"block {i}: q, k, v = h·W_qkv + b, split into {H} heads", q.shape)
-            say(f"block {i}: weights = softmax(q·kᵀ/√{dh}, -inf above the diagonal)", weights.shape)
-            say(f"block {i}: heads' weighted values, concatenated, ·W_o + b", attn.shape)
-            say(f"block {i}: x = x + attention", x.shape)
-            say(f"block {i}: MLP up to {cfg.d_ff}, exact GELU", act.shape)
-            say(f"block {i}: x = x + MLP(LayerNorm(x))", x.shape)
-        else:
-            say(f"block {i}: the same", x.shape)
-    hf = layer_norm(x, model.ln_f)
+        x = _raw_block(x, block, cfg, i, say)
+    hf = _layer_norm(x, model.ln_f, cfg.ln_eps)
     if model.lm_head is None:
         logits = hf @ table.T
         say("logits = LayerNorm(x) · token_tableᵀ (tied)", logits.shape)
     else:
-        logits = linear(hf, model.lm_head)
+        logits = _linear(hf, model.lm_head)
         say("logits = LayerNorm(x) · W_out + b", logits.shape)
     return logits
+
+
+def _array(param):
+    return None if param is None else param[...]
+
+
+def _layer_norm(x, ln, eps: float):
+    import jax.numpy as jnp
+    mu = x.mean(-1, keepdims=True)
+    var = ((x - mu) ** 2).mean(-1, keepdims=True)
+    y = (x - mu) / jnp.sqrt(var + eps) * _array(ln.scale)
+    return y if ln.bias is None else y + _array(ln.bias)
+
+
+def _linear(x, dense):
+    y = x @ _array(dense.kernel)
+    return y if dense.bias is None else y + _array(dense.bias)
+
+
+def _raw_block(x, block, cfg, i: int, say):
+    """One pre-norm block of `raw_forward` on x [T, d]; the first block says each step, the others one line."""
+    import jax
+    import jax.numpy as jnp
+    T, H, dh = x.shape[0], cfg.heads_used, cfg.d_head_used
+    causal = jnp.tril(jnp.ones((T, T), bool))
+    h = _layer_norm(x, block.ln1, cfg.ln_eps)
+    qkv = _linear(h, block.mixer.qkv).reshape(T, 3, H, dh)          # columns (q|k|v, head, width)
+    q, k, v = (qkv[:, j].transpose(1, 0, 2) for j in range(3))      # each [H, T, d_h]
+    scores = q @ k.transpose(0, 2, 1) / jnp.sqrt(jnp.float32(dh))
+    scores = jnp.where(causal, scores, -jnp.inf)
+    e = jnp.exp(scores - scores.max(-1, keepdims=True))
+    weights = e / e.sum(-1, keepdims=True)
+    z = (weights @ v).transpose(1, 0, 2).reshape(T, H * dh)         # heads side by side again
+    attn = _linear(z, block.mixer.out)
+    x = x + attn
+    h2 = _layer_norm(x, block.ln2, cfg.ln_eps)
+    up = _linear(h2, block.ffn.up)
+    act = 0.5 * up * (1.0 + jax.scipy.special.erf(up / jnp.sqrt(jnp.float32(2.0))))
+    x = x + _linear(act, block.ffn.down)
+    if i == 0:
+        say(f"block {i}: h = LayerNorm(x)", h.shape)
+        say(f"block {i}: q, k, v = h·W_qkv + b, split into {H} heads", q.shape)
+        say(f"block {i}: weights = softmax(q·kᵀ/√{dh}, -inf above the diagonal)", weights.shape)
+        say(f"block {i}: heads' weighted values, concatenated, ·W_o + b", attn.shape)
+        say(f"block {i}: x = x + attention", x.shape)
+        say(f"block {i}: MLP up to {cfg.d_ff}, exact GELU", act.shape)
+        say(f"block {i}: x = x + MLP(LayerNorm(x))", x.shape)
+    else:
+        say(f"block {i}: the same", x.shape)
+    return x
 
 
 def forward_check(model, ids, say=print) -> dict:

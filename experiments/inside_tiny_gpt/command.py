@@ -8,15 +8,11 @@ import math
 from attention_jax.errors import ConfigError
 from experiments.harness import report
 from experiments.harness.experiment import Result
-from experiments.inside_tiny_gpt.ablations import ablation_claims, ablation_list, run_ablations
-from experiments.inside_tiny_gpt.anatomy import demo_params, forward_check, residual_norms
-from experiments.inside_tiny_gpt.attention import (
-    ascii_heatmap, attention_demo, heatmap_figure, sqrt_d_random, sqrt_d_trained)
-from experiments.inside_tiny_gpt.constants import (
-    CONFIG, LECTURE, RAW_FORWARD_RTOL, REVIEW, ROW, SHADES, SQRT_D_KEYS, SQRT_D_PAIRS, SQRT_D_ROWS, SQRT_D_SEED,
-    VAL_WINDOWS)
+from experiments.inside_tiny_gpt import demos
+from experiments.inside_tiny_gpt.constants import CONFIG, LECTURE, ROW, SQRT_D_KEYS, SQRT_D_PAIRS, SQRT_D_ROWS, \
+    SQRT_D_SEED, VAL_WINDOWS
 from experiments.inside_tiny_gpt.evaluate import greedy_accuracy
-from experiments.inside_tiny_gpt.figures import ablation_figure, residual_figure, sqrt_d_figure, training_figure
+from experiments.inside_tiny_gpt.figures import training_figure
 from experiments.inside_tiny_gpt.world import identity, make_task, world_data
 
 
@@ -26,15 +22,46 @@ def flags(p) -> None:
 
 
 def run(ctx) -> Result:
-    import numpy as np
-    from attention_jax.train.loop import mean_std
-    from attention_jax import functional as F
-    from attention_jax.data import eval_windows
-    from attention_jax.data import tiny_world as tw
     from experiments.harness import rows as row_cache
-    from experiments.harness.rows import Table
     pm = functools.partial(row_cache.fmt, spec=".3f")     # mean ± std over the seeds
-    args, tc, seeds = ctx.args, ctx.settings, ctx.seeds
+    world, tok, val, task, ident = prepared(ctx)
+    record, models = trained(ctx, task, pm)
+    sheet, person, budget = demos.Sheet(), world.people[0], budget_of(ctx)
+    demos.parameters(sheet, models[0])
+    prompt, ids = demos.forward(sheet, models[0], tok, person)
+    demos.residual(sheet, models[0], ids, prompt, ctx.preset)
+    demos.attention(sheet, models[0], tok, person, ctx.folder, ctx.preset)
+    demos.sqrt_d(sheet, models[0], tok, person, ctx.preset)
+    abl = demos.ablations(sheet, models, tok, world, val, budget, pm)
+    greedy0 = greedy_accuracy(models[0], tok, world)
+    print(f"fact accuracy of the intact model: greedy {greedy0:.3f}, teacher-forced {abl[0]['acc_seeds'][0]:.3f}",
+          flush=True)
+    consistency = trained_table(sheet, ctx, world, record, greedy0, abl[0], pm)
+    sheet.figures["training.png"] = training_figure(record, f"tiny GPT training, {budget}")
+    settings = {"model": ctx.model(CONFIG).to_dict(), "train": dataclasses.asdict(ctx.settings), "seeds": ctx.seeds,
+                "data": ident, "sqrt_d": {"rows": SQRT_D_ROWS[ctx.preset], "keys": SQRT_D_KEYS, "seed": SQRT_D_SEED,
+                                          **({"pairs": SQRT_D_PAIRS[ctx.preset]} if ctx.preset in SQRT_D_PAIRS else {})}}
+    extra = {"record": {k: record[k] for k in ("key", "steps", "seconds", "cached", "final", "history")},
+             "train_log": record["train_log"], **sheet.extra, "ablation_engine_consistency": consistency}
+    summary = [report.book("tiny GPT: parameters", "109,056", f"{record['params']:,}"),
+               report.book("tiny GPT: validation bits/char", LECTURE["intact"][0], record["val_bpc"], ".3f"),
+               report.book("tiny GPT: fact accuracy (greedy, seed 0)", LECTURE["intact"][1], greedy0, ".3f")]
+    summary += [report.book(f"ablation {r['key']}: val bits/char", r["lecture_bpc"], r["bpc"], ".3f")
+                for r in abl if r["key"] != "intact" and r["lecture_bpc"] is not None]
+    return Result(rows=abl, claims=sheet.claims, tables=sheet.tables, figures=sheet.figures, config=settings,
+                  extra=extra, book=summary)
+
+
+def budget_of(ctx) -> str:
+    tc = ctx.settings
+    return (f"{ctx.preset} preset: {tc.steps} steps x batch {tc.batch_size} x {CONFIG.context} chars, "
+            f"lr {tc.lr:g} ({tc.schedule}), {len(ctx.seeds)} seed(s)")
+
+
+def prepared(ctx):
+    """(world, tokenizer, validation windows, task, the data's identity) of --world-seed; a corpus refused."""
+    from attention_jax.data import eval_windows
+    args, tc = ctx.args, ctx.settings
     if ctx.corpus or ctx.data:
         raise ConfigError("the tiny GPT trains on the generated world, not a corpus; drop --corpus/--data "
                           "(--world-seed N draws another world)")
@@ -46,170 +73,30 @@ def run(ctx) -> Result:
     vx, vy = eval_windows(val_ids, config.context, max_windows=val_windows)   # the task's and the ablations'
     ident = identity(world, args.world_seed, val_windows)
     task = make_task(world, tok, train_ids, (vx, vy), tc, config.context, ident)
-    budget = (f"{ctx.preset} preset: {tc.steps} steps x batch {tc.batch_size} x {CONFIG.context} chars, "
-              f"lr {tc.lr:g} ({tc.schedule}), {len(seeds)} seed(s)")
     print(f"world (seed {args.world_seed}): {len(world.people)} people in {len(world.cities)} cities, "
           f"{len(world.train_text):,} training and {len(world.val_text):,} validation characters", flush=True)
+    return world, tok, (vx, vy), task, ident
+
+
+def trained(ctx, task, pm) -> tuple[dict, list]:
+    """The row's record and its model per seed, always from the checkpoint (trained now or reopened)."""
+    from experiments.harness.rows import Table
     table = Table(ctx)
     record = table.train(ROW, CONFIG, task=task, reopen=True)
     engine, state = table.restore(record)      # fresh or cached, always from the checkpoint
-    models = [engine.model(state, i) for i in range(len(seeds))]
-    model = models[0]
+    models = [engine.model(state, i) for i in range(len(ctx.seeds))]
     took = "reopened from the row cache" if record["cached"] else f"trained in {record['seconds']:.1f} s"
     print(f"tiny GPT ({record['params']:,} parameters) {took}: validation "
           f"{pm(record['val_bpc'], record['val_bpc_std'])} bits/char, fact accuracy "
           f"{pm(record['fact_acc'], record['fact_acc_std'])}", flush=True)
-    tables, figures, claims = {}, {}, []
-    person = world.people[0]
+    return record, models
 
-    # demo 1: parameters
-    prows, gpt3, shares = demo_params(model)
-    tables["1. Parameters by formula and by the framework (parameters.param_breakdown)"] = report.format_table(
-        [("part", "component", ""), ("formula", "formula", ""), ("by_formula", "by formula", ",d"),
-         ("framework", "framework", ",d"), ("equal", "equal", ""), ("lecture", "lecture", ",d")], prows) + (
-        f"\n\nPer block the MLP holds {shares['mlp_share_of_block']:.0%} and attention "
-        f"{shares['attention_share_of_block']:.0%}; the two tables hold {shares['embeddings_share']:.1%} of the "
-        f"model (lecture 8.2%); an untied output would add V·d = {shares['untied_would_add']:,} "
-        f"({shares['untied_share']:.1%}).")
-    tables["1b. GPT-3 by 12·L·d² (d 12,288, L 96, V 50,257, T 2,048)"] = report.format_table(
-        [("part", "part", ""), ("count", "parameters", ",d"), ("billions", "billions", ".2f"),
-         ("lecture", "lecture", "")], gpt3) + (
-        f"\n\nThe embeddings are {shares['gpt3_embeddings_share']:.2%} of GPT-3 (lecture ≈0.37%) "
-        f"against {shares['embeddings_share']:.1%} here.")
-    total = prows[-1]
-    mismatched = [r["part"] for r in prows if not r["equal"]]
-    claims.append(report.claim("parameters by formula = the framework's count, component by component",
-                               not mismatched, f"{total['by_formula']:,} by formula, {total['framework']:,} counted; "
-                               f"{len(prows) - len(mismatched)} of {len(prows)} rows equal (lecture 109,056)",
-                               -float(sum(abs(r["by_formula"] - r["framework"]) for r in prows
-                                          if isinstance(r["framework"], int)))))
 
-    # demo 2: the forward pass from raw weights
-    prompt = f"\n{person.name} lives in "
-    ids = tok.encode(prompt)
-    print(f"\nforward pass from the raw weights on {tw.show(prompt)!r} (T = {len(ids)}):", flush=True)
-    steps = []
-
-    def say(step, shape):
-        steps.append(dict(step=step, shape=str(tuple(int(s) for s in shape))))
-        print(f"  {step:<62} {tuple(int(s) for s in shape)}", flush=True)
-
-    check = forward_check(model, ids, say)
-    probs = np.asarray(F.masked_softmax(check["logits"][-1]))
-    top5 = np.argsort(-probs, kind="stable")[:5]
-    next_text = "  ".join(f"{tw.show(tok.alphabet[i])!r} {probs[i]:.3f}" for i in top5)
-    print(f"  max |raw - module| = {check['max_abs_diff']:.2e} (logits up to {check['logit_scale']:.1f}); "
-          f"next character: {next_text}", flush=True)
-    tables["2. Forward pass from the raw weights (plain jnp on param[...] arrays)"] = report.format_table(
-        [("step", "step", ""), ("shape", "shape", "")], steps) + (
-        f"\n\nPrompt {tw.show(prompt)!r} ({person.name} lives in {person.city}). Max |raw - module| = "
-        f"{check['max_abs_diff']:.2e} with logits up to {check['logit_scale']:.1f} (lecture: ~1e-5). "
-        f"Next character, top 5: {next_text}.")
-    # float32 rounding grows with the logits' size (two orders of the same sums), so the bound is
-    # relative to the largest logit: 1e-6 of it, about eight float32 epsilons.
-    bound = RAW_FORWARD_RTOL * max(1.0, check["logit_scale"])
-    claims.append(report.claim(f"the forward pass from the raw weights = the module's logits, to float32 rounding "
-                               f"(max |diff| <= {RAW_FORWARD_RTOL:g} x the largest |logit|)",
-                               check["max_abs_diff"] <= bound,
-                               f"max |diff| {check['max_abs_diff']:.2e} with logits up to {check['logit_scale']:.1f} "
-                               f"(bound {bound:.2e}; lecture ~1e-5 with logits in the tens)",
-                               bound - check["max_abs_diff"]))
-
-    # demo 3: the residual stream
-    norms = residual_norms(model, ids)
-    tables["3. The residual stream: what each component writes, and the stream after it (L2 norms)"] = \
-        report.format_table([("component", "component", ""), ("writes", "writes (last position)", ".2f"),
-                             ("stream", "stream after (last position)", ".2f"),
-                             ("writes_mean", "writes (mean over positions)", ".2f"),
-                             ("lecture", "lecture, writes", "")], norms) + (
-        "\n\nSame prompt as demo 2; the last position is the one that predicts the city's first letter.")
-    figures["residual.png"] = residual_figure(norms, f"residual stream on {tw.show(prompt)!r} ({ctx.preset} preset)")
-
-    # demo 4: attention
-    att = attention_demo(model, tok, person.name)
-    from attention_jax.analysis.viewer import AttentionView
-    AttentionView(np.stack(att["layers"]), att["chars"], title=f"tiny GPT on the question ({ctx.preset} preset)"
-                  ).save(ctx.folder / "attention.html")
-    best = att["best"]
-    layer, head = best["layer"], best["index"]
-    heat = ascii_heatmap(att["layers"][layer][head], att["chars"])
-    print(f"\nattention on {tw.show(att['prompt'])!r}: weight on the future, all heads: sum {att['future_sum']}, "
-          f"max {att['future_max']} over {att['future_entries']:,} entries", flush=True)
-    print(f"head {best['head']} puts the most weight on the name ({best['on_name']:.2f}); its weights "
-          f"(row = query, column = key, shades '{SHADES}' 0.1 apart):\n{heat}", flush=True)
-    tables["4. Attention at the last position of the question (after ':', where the city comes next)"] = \
-        report.format_table([("head", "layer.head", ""), ("top3", "top 3 positions (char@index:weight)", ""),
-                             ("on_name", "on the name", ".2f"), ("on_self", "on itself", ".2f"),
-                             ("max", "max weight", ".2f")], att["heads"]) + (
-        f"\n\nPrompt {tw.show(att['prompt'])!r}; the name is positions {att['name_positions'][0]}-"
-        f"{att['name_positions'][-1]}. Weight on the future over all heads: sum {att['future_sum']}, max "
-        f"{att['future_max']} ({att['future_entries']:,} entries). Lecture: layer-0 heads diffuse (max < 0.2), "
-        f"its head 1.0 put ≈0.39 on the name, head 1.1 ≈0.58 on itself (head numbers are arbitrary between "
-        f"trainings).")
-    tables[f"4b. Head {best['head']}'s weights (most weight on the name), ASCII"] = f"```\n{heat}\n```"
-    matrices = {f"head {i}.{h}" + (" (most on the name)" if (i, h) == (layer, head) else ""): a[h]
-                for i, a in enumerate(att["layers"]) for h in range(a.shape[0])}
-    figures["attention.png"] = heatmap_figure(
-        matrices, att["chars"], f"attention weights on {tw.show(att['prompt'])!r} ({ctx.preset} preset, seed 0); "
-        f"lines mark the name", ncols=CONFIG.n_heads, highlight=att["name_positions"])
-    claims.append(report.claim("attention puts exactly zero weight on the future", att["future_sum"] == 0.0,
-                               f"sum {att['future_sum']}, max {att['future_max']} over "
-                               f"{att['future_entries']:,} future entries of {len(matrices)} heads", 0.0))
-
-    # demo 5: √d
-    rand = sqrt_d_random(SQRT_D_ROWS[ctx.preset], pairs=SQRT_D_PAIRS.get(ctx.preset))
-    tables[f"5. Why divide by √d: random q, k ~ N(0, 1), {SQRT_D_ROWS[ctx.preset]:,} rows x {SQRT_D_KEYS} keys "
-           f"(seed {SQRT_D_SEED})"] = report.format_table(
-        [("d_k", "d_k", "d"), ("std", "std of q·k", ".2f"), ("sqrt_d", "√d_k", ".2f"),
-         ("raw_max", "mean max weight, q·k", ".3f"), ("scaled_max", "mean max weight, ÷√d_k", ".3f"),
-         ("saturated", "rows > 0.99, q·k", ".1%"), ("scaled_saturated", "rows > 0.99, ÷√d_k", ".1%"),
-         ("lecture", "lecture", "")], rand)
-    worst = max(rand, key=lambda r: abs(r["std"] / r["sqrt_d"] - 1))
-    off = abs(worst["std"] / worst["sqrt_d"] - 1)
-    claims.append(report.claim("random q·k has std ≈ √d_k (within 5% at every d_k)", off < 0.05,
-                               ", ".join(f"{r['d_k']}: {r['std']:.2f}" for r in rand)
-                               + f"; furthest {100 * off:.1f}% at d_k {worst['d_k']}", 0.05 - off))
-    text = f"\n{person.name} lives in {person.city}.{REVIEW}"
-    real = sqrt_d_trained(model, tok.encode(text))
-    tables["5b. The trained model's own scores (d_h = 16), as trained and without the ÷√d"] = report.format_table(
-        [("layer", "layer", "d"), ("std_scaled", "std of scores ÷√d", ".2f"),
-         ("std_unscaled", "std without ÷√d", ".2f"), ("entropy", "row entropy (nats)", ".2f"),
-         ("entropy_unscaled", "entropy without ÷√d", ".2f"), ("uniform_entropy", "uniform entropy", ".2f"),
-         ("max_weight", "mean max weight", ".2f"), ("max_weight_unscaled", "mean max without ÷√d", ".2f"),
-         ("saturated_unscaled", "rows > 0.99 without ÷√d", ".1%")], real) + (
-        f"\n\nText {tw.show(text)!r} ({len(text)} chars); statistics over the causal entries of all heads. "
-        "Uniform entropy: the mean of ln(t + 1) over the rows (the lecture quotes ln((T + 1)/2)). "
-        "Without the division the same scores are 4x larger and the rows sharper.")
-    figures["sqrt_d.png"] = sqrt_d_figure(rand, real, f"why scores are divided by √d ({ctx.preset} preset)")
-
-    # demo 6: ablations
-    print(f"\nablations on {len(models)} model(s): {len(ablation_list(CONFIG))} each ...", flush=True)
-    abl = run_ablations(models, tok, world, vx, vy)
-    for r in abl:
-        r["bpc_text"] = pm(r["bpc"], r.get("bpc_std", 0.0))
-        r["acc_text"] = pm(r["acc"], mean_std(r["acc_seeds"])[1])
-    tables["6. Ablations: validation bits per character and fact-completion accuracy"] = report.format_table(
-        [("key", "ablation", ""), ("ablation", "what", ""), ("bpc_text", "val bits/char", ""),
-         ("change", "change", "+.3f"), ("acc_text", "fact accuracy", ""), ("lecture_bpc", "lecture bits/char", ".3f"),
-         ("lecture_acc", "lecture fact", ".2f")], abl) + (
-        f"\n\nValidation: {len(vx)} non-overlapping {CONFIG.context}-char windows of the validation text "
-        f"({vy.size:,} characters). Fact accuracy: greedy from '\\n{{name}} lives in', {len(world.people)} people, "
-        "right iff the text up to the first '.' is ' {city}.'; one teacher-forced pass under the causal mask "
-        "(the same as greedy decoding: checked on the intact model), greedy decoding with its own mask for the "
-        "bidirectional row (a teacher-forced pass would show it the answer). "
-        "A layer's attention or MLP off = the sub-layer removed (the lecture zeroes its output projection: the "
-        "same); a head off = its output zeroed before W_o. Layers and heads count from 0, as the lecture's do.")
-    intact = abl[0]
-    greedy0 = greedy_accuracy(model, tok, world)
-    print(f"fact accuracy of the intact model: greedy {greedy0:.3f}, teacher-forced {intact['acc_seeds'][0]:.3f}",
-          flush=True)
-    engine_bpc = float(np.asarray(record["final"]["val_bpc"])[0])
-    consistency = abs(intact["bpc_seeds"][0] - engine_bpc)
-    figures["ablations.png"] = ablation_figure(abl, f"ablations, {budget}")
-    by_key = {r["key"]: r for r in abl}
-    claims += report.claims_across_seeds(ablation_claims, by_key, len(seeds))
-
-    # training
+def trained_table(sheet, ctx, world, record: dict, greedy0: float, intact: dict, pm) -> float:
+    """Table 0, first of all: the trained model beside the lecture's; returns how far the ablations' intact
+    row, recomputed from the reopened checkpoint, is from the engine's own validation bits/char."""
+    import numpy as np
+    consistency = abs(intact["bpc_seeds"][0] - float(np.asarray(record["final"]["val_bpc"])[0]))
     train_rows = [dict(figure="validation bits/char", ours=pm(record["val_bpc"], record["val_bpc_std"]), lecture="0.409"),
                   dict(figure="train-window bits/char", ours=pm(record["train_bpc"], record["train_bpc_std"]), lecture="-"),
                   dict(figure="fact accuracy (teacher-forced argmax)", ours=pm(record["fact_acc"], record["fact_acc_std"]),
@@ -221,28 +108,11 @@ def run(ctx) -> Result:
                   dict(figure="training time", ours=("cached" if record["cached"] else
                                                      f"{record['seconds']:.1f} s"), lecture="~1 min"),
                   dict(figure="parameters", ours=f"{record['params']:,}", lecture="109,056")]
-    tables["0. The trained model"] = report.format_table(
-        [("figure", "figure", ""), ("ours", "ours", ""), ("lecture", "lecture", "")], train_rows) + (
-        f"\n\n{budget}; world seed {args.world_seed}: {len(world.people)} people in {len(world.cities)} cities, "
-        f"{len(world.train_text):,} training characters. Validation bits/char from the engine's nll; the "
-        f"ablation table's intact row recomputes it from the reopened checkpoint (|diff| {consistency:.1e}).")
-    tables = {"0. The trained model": tables.pop("0. The trained model"), **tables}
-    figures["training.png"] = training_figure(record, f"tiny GPT training, {budget}")
-
-    settings = {"model": config.to_dict(), "train": dataclasses.asdict(tc), "seeds": seeds, "data": ident,
-              "sqrt_d": {"rows": SQRT_D_ROWS[ctx.preset], "keys": SQRT_D_KEYS, "seed": SQRT_D_SEED,
-                         **({"pairs": SQRT_D_PAIRS[ctx.preset]} if ctx.preset in SQRT_D_PAIRS else {})}}
-    extra = {"record": {k: record[k] for k in ("key", "steps", "seconds", "cached", "final", "history")},
-             "train_log": record["train_log"], "parameters": prows, "gpt3": gpt3, "shares": shares,
-             "forward": {"max_abs_diff": check["max_abs_diff"], "steps": steps, "top5": next_text},
-             "residual": norms, "attention": {k: v for k, v in att.items() if k != "layers"},
-             "attention_weights": {name: np.asarray(w).tolist() for name, w in matrices.items()},
-             "heatmap": heat, "sqrt_d_random": rand, "sqrt_d_trained": real,
-             "ablation_engine_consistency": consistency}
-    summary = [report.book("tiny GPT: parameters", "109,056", f"{record['params']:,}"),
-               report.book("tiny GPT: validation bits/char", LECTURE["intact"][0], record["val_bpc"], ".3f"),
-               report.book("tiny GPT: fact accuracy (greedy, seed 0)", LECTURE["intact"][1], greedy0, ".3f")]
-    summary += [report.book(f"ablation {r['key']}: val bits/char", r["lecture_bpc"], r["bpc"], ".3f")
-                for r in abl if r["key"] != "intact" and r["lecture_bpc"] is not None]
-    return Result(rows=abl, claims=claims, tables=tables, figures=figures, config=settings, extra=extra,
-                  book=summary)
+    table = report.format_table([("figure", "figure", ""), ("ours", "ours", ""), ("lecture", "lecture", "")],
+                                train_rows) + (
+        f"\n\n{budget_of(ctx)}; world seed {ctx.args.world_seed}: {len(world.people)} people in "
+        f"{len(world.cities)} cities, {len(world.train_text):,} training characters. Validation bits/char from the "
+        f"engine's nll; the ablation table's intact row recomputes it from the reopened checkpoint "
+        f"(|diff| {consistency:.1e}).")
+    sheet.tables = {"0. The trained model": table, **sheet.tables}
+    return consistency

@@ -57,30 +57,52 @@ def check_warmup(names, warmup: int, steps: int) -> int:
 
 
 def run(ctx) -> Result:
-    from experiments.harness.rows import fmt
     from experiments.harness.rows import Table
-    from experiments.plots import curves
     tc = ctx.settings
     warm = check_warmup(ctx.rows, ctx.args.warmup or tc.warmup_steps, tc.steps)
-    with_warmup, without = dataclasses.replace(tc, warmup_steps=warm), dataclasses.replace(tc, warmup_steps=0)
     table = Table.on_corpus(ctx)
-    book, depth = table.book, DEPTH.get(ctx.preset, N_LAYERS)
-
     # 1. The gradient norm of each block at initialisation, before any step.
     init_seeds = list(range(max(len(table.seeds), PROBE[ctx.preset][2])))
     init = measure_init(ctx, table, init_seeds)
-    init_rows = []
+    init_rows = init_table_rows(init, len(init_seeds), table.book, DEPTH.get(ctx.preset, N_LAYERS))
+    # 2. The four trained rows.
+    records = trained_rows(ctx, table, warm)
+    budget = f"{table.budget()}, warmup {warm}"
+    summary = [report.book(f"{r['name']}: val perplexity", r["book_val_ppl"], r["val"]) for r in records
+               if r["book_val_ppl"] is not None]
+    summary += [report.book(f"{norm}-norm: last/first block gradient norm at init", BOOK_INIT[norm]["ratio"],
+                            init[norm]["ratio"]) for norm in init if table.book and norm in BOOK_INIT]
+    batch, n_batches, _ = PROBE[ctx.preset]
+    result = table.result(records, claims=claims, tables=tables_for(ctx.preset, init_rows, records, budget, len(init_seeds)),
+                          figures=figures_for(ctx, init, records, budget, warm, table.book, len(init_seeds)),
+                          book=summary, extra={"init": init_rows},
+                          config={"warmup_steps": warm, "init_seeds": init_seeds,
+                                  "probe": {"batch_size": batch, "batches": n_batches, "data_seed": PROBE_SEED},
+                                  "models": {n: model_config(n, ctx.preset).to_dict() for n in NORMS}})
+    result.claims += report.claims_across_seeds(init_claims, init, len(init_seeds))
+    return result
+
+
+def init_table_rows(init: dict, n_seeds: int, book: bool, depth: int) -> list[dict]:
+    """A row per norm of the init measurement, beside the book's, each printed as it is made."""
+    from experiments.harness.rows import fmt
+    rows = []
     for norm in NORMS:
         rec = init[norm]
         b = BOOK_INIT[norm] if book else {}
-        init_rows.append({**rec, "book_first": b.get("first"), "book_last": b.get("last"),
-                          "book_ratio": b.get("ratio"), "first_text": fmt(rec["first"], rec["first_std"], ".4f"),
-                          "last_text": fmt(rec["last"], rec["last_std"], ".4f"),
-                          "ratio_text": fmt(rec["ratio"], rec["ratio_std"], ".2f")})
+        rows.append({**rec, "book_first": b.get("first"), "book_last": b.get("last"),
+                     "book_ratio": b.get("ratio"), "first_text": fmt(rec["first"], rec["first_std"], ".4f"),
+                     "last_text": fmt(rec["last"], rec["last_std"], ".4f"),
+                     "ratio_text": fmt(rec["ratio"], rec["ratio_std"], ".2f")})
         print(f"  init {norm:<4}  block 1 {rec['first']:.4f}  block {depth} {rec['last']:.4f}  "
-              f"ratio {rec['ratio']:.2f}  ({len(init_seeds)} seeds)", flush=True)
+              f"ratio {rec['ratio']:.2f}  ({n_seeds} seeds)", flush=True)
+    return rows
 
-    # 2. The four trained rows.
+
+def trained_rows(ctx, table, warm: int) -> list[dict]:
+    """The chosen rows of the four, trained (or cached), each beside the book's and pre-norm's without warmup."""
+    tc, book = ctx.settings, table.book
+    with_warmup, without = dataclasses.replace(tc, warmup_steps=warm), dataclasses.replace(tc, warmup_steps=0)
     records = []
     for name, (norm, warmup) in ROWS.items():
         if name not in ctx.rows:
@@ -94,35 +116,34 @@ def run(ctx) -> Result:
     for r in records:
         r["vs_pre"] = r["val_ppl"] / base["val_ppl"] if base else None
         r["book_vs_pre"] = BOOK_PPL[r["name"]] / BOOK_PPL["pre_no_warmup"] if book else None
+    return records
 
+
+def tables_for(preset: str, init_rows: list[dict], records: list[dict], budget: str, n_seeds: int) -> dict[str, str]:
+    depth, (batch, n_batches, _) = DEPTH.get(preset, N_LAYERS), PROBE[preset]
     init_columns = [("name", "norm", ""), ("first_text", "block 1", ""), ("last_text", f"block {depth}", ""),
                     ("ratio_text", f"block {depth} / block 1", ""), ("book_first", "book block 1", ".4f"),
                     ("book_last", f"book block {N_LAYERS}", ".4f"), ("book_ratio", "book ratio", ".2f")]
     columns = [("name", "row", ""), ("norm", "norm", ""), ("warmup", "warmup steps", "d"),
                ("train", "train ppl", ""), ("val", "val ppl", ""), ("book_val_ppl", "book val ppl", ".2f"),
                ("vs_pre", "val / pre-norm no warmup", ".2f"), ("book_vs_pre", "book ratio", ".2f")]
-    budget = f"{table.budget()}, warmup {warm}"
-    batch, n_batches, _ = PROBE[ctx.preset]
-    tables = {f"Gradient norm per block at initialisation ({len(init_seeds)} seeds, mean ± std; "
-              f"{n_batches} fixed batch(es) of {batch} windows)": report.format_table(init_columns, init_rows),
-              f"Perplexity, {depth} blocks of width {BASE.d_model}: pre/post-norm x warmup ({budget})":
-                  report.format_table(columns, records)}
-    figures = {"init_grad_norms.png": init_figure(
-        init, f"norms: gradient norm per block at init, {len(init_seeds)} seeds, {n_batches} x {batch} windows "
-              f"({ctx.preset} preset)", book)}
+    return {f"Gradient norm per block at initialisation ({n_seeds} seeds, mean ± std; "
+            f"{n_batches} fixed batch(es) of {batch} windows)": report.format_table(init_columns, init_rows),
+            f"Perplexity, {depth} blocks of width {BASE.d_model}: pre/post-norm x warmup ({budget})":
+                report.format_table(columns, records)}
+
+
+def figures_for(ctx, init: dict, records: list[dict], budget: str, warm: int, book: bool, n_seeds: int) -> dict:
+    from experiments.plots import curves
+    preset = ctx.preset
+    batch, n_batches, _ = PROBE[preset]
+    made = {"init_grad_norms.png": init_figure(
+        init, f"norms: gradient norm per block at init, {n_seeds} seeds, {n_batches} x {batch} windows "
+              f"({preset} preset)", book)}
     if records:
-        first = min(tc.steps, 2 * warm)
-        figures["early_steps.png"] = early_figure(records, first, f"norms: the first {first} steps, {budget}", warm)
+        first = min(ctx.settings.steps, 2 * warm)
+        made["early_steps.png"] = early_figure(records, first, f"norms: the first {first} steps, {budget}", warm)
     if any(len(r["history"]) > 1 for r in records):
-        figures["curves.png"] = curves(records, ("val_ppl", "train_ppl"),
-                                       ("held-out (val) perplexity", "train perplexity"), f"norms, {budget}")
-    summary = [report.book(f"{r['name']}: val perplexity", r["book_val_ppl"], r["val"]) for r in records
-               if r["book_val_ppl"] is not None]
-    summary += [report.book(f"{norm}-norm: last/first block gradient norm at init", BOOK_INIT[norm]["ratio"],
-                            init[norm]["ratio"]) for norm in init if book and norm in BOOK_INIT]
-    result = table.result(records, claims=claims, tables=tables, figures=figures, book=summary, extra={"init": init_rows},
-                          config={"warmup_steps": warm, "init_seeds": init_seeds,
-                                  "probe": {"batch_size": batch, "batches": n_batches, "data_seed": PROBE_SEED},
-                                  "models": {n: model_config(n, ctx.preset).to_dict() for n in NORMS}})
-    result.claims += report.claims_across_seeds(init_claims, init, len(init_seeds))
-    return result
+        made["curves.png"] = curves(records, ("val_ppl", "train_ppl"),
+                                    ("held-out (val) perplexity", "train perplexity"), f"norms, {budget}")
+    return made

@@ -75,7 +75,7 @@ def main(argv=None) -> int:
         return 2
     if args.torch:
         return torch_ops(args.batch, args.dtype, args.steps, args.top)
-    from experiments.throughput import cpu_devices
+    from experiments.throughput.lineup import cpu_devices
     from experiments.throughput.worker import jax_contestant
     import jax
     # The CPU device count must be set before JAX starts a backend; on a GPU/TPU it changes nothing.

@@ -22,6 +22,7 @@ from experiments.harness.platform import MALLOPT_ENV, apply_mallopt
 MALLOPT_APPLIED = os.environ.get(MALLOPT_ENV) == "1" and __name__ == "__main__" and apply_mallopt()
 
 import argparse  # noqa: E402
+import functools  # noqa: E402
 import json  # noqa: E402
 import subprocess  # noqa: E402
 import tempfile  # noqa: E402
@@ -29,7 +30,7 @@ import time  # noqa: E402
 
 import numpy as np  # noqa: E402
 
-from experiments.throughput import CONTEXT  # noqa: E402
+from experiments.throughput.constants import CONTEXT  # noqa: E402
 
 VOCAB = 1024   # the ladder's "layer_norm" row; checked against its config below
 
@@ -51,10 +52,7 @@ def jax_contestant(batch: int, devices: int, loss_only: bool = False, attention:
     import jax
     if devices:
         jax.config.update("jax_num_cpu_devices", devices)   # before the backend starts
-    import jax.numpy as jnp
-    from attention_jax import functional as F
     from attention_jax.data import get_batch
-    from attention_jax.speed import forms
     from attention_jax.train import Engine, TrainConfig
     from attention_jax.train.loop import default_steps_per_call
     from experiments.harness.experiment import steps_per_call_from_env
@@ -80,34 +78,48 @@ def jax_contestant(batch: int, devices: int, loss_only: bool = False, attention:
             state, metrics = engine.steps(state, scanned)
         jax.block_until_ready(metrics)
 
-    def peak(n: int = 0, in_dtype: str = ""):
-        """The backend's own matmul rate: n² (default 2048² on a CPU, 8192² on an accelerator), in
-        `in_dtype` (default: the one the step's products use). Low precision accumulates in
-        float32, as the model's dense layers do (`functional.dense`)."""
-        n = n or (2048 if jax.default_backend() == "cpu" else 8192)
-        a = jax.random.normal(jax.random.key(0), (n, n), jnp.float32)   # not ones: a GPU multiplies constants faster
-        a = a.astype(in_dtype or speed.matmul_dtype or cfg.dtype)
-        f = jax.jit(lambda x: F.dense(x, x))
-        f(a).block_until_ready()
-        ts = []
-        for _ in range(7):
-            t = time.perf_counter()
-            f(a).block_until_ready()
-            ts.append(time.perf_counter() - t)
-        return 2 * n**3 / float(np.median(ts))
+    info = described(engine, state, batches[0], speed, cfg, dtype, per_call, with_hlo)
+    if with_eval:
+        info["perplexity"] = lambda tokens: engine.perplexity(state, tokens)
+    peak = functools.partial(matmul_peak, speed.matmul_dtype or cfg.dtype)
+    return step, peak, info
 
+
+def matmul_peak(step_dtype, n: int = 0, in_dtype: str = ""):
+    """The backend's own matmul rate: n² (default 2048² on a CPU, 8192² on an accelerator), in
+    `in_dtype` (default: the one the step's products use). Low precision accumulates in
+    float32, as the model's dense layers do (`functional.dense`)."""
+    import jax
+    import jax.numpy as jnp
+    from attention_jax import functional as F
+    n = n or (2048 if jax.default_backend() == "cpu" else 8192)
+    a = jax.random.normal(jax.random.key(0), (n, n), jnp.float32)   # not ones: a GPU multiplies constants faster
+    a = a.astype(in_dtype or step_dtype)
+    f = jax.jit(lambda x: F.dense(x, x))
+    f(a).block_until_ready()
+    ts = []
+    for _ in range(7):
+        t = time.perf_counter()
+        f(a).block_until_ready()
+        ts.append(time.perf_counter() - t)
+    return 2 * n**3 / float(np.median(ts))
+
+
+def described(engine, state, batch, speed, cfg, dtype: str, per_call: int, with_hlo: bool) -> dict:
+    """What ran: backend, devices, the attention form and kernel, dtype, window, steps per call (and the
+    compiled step's HLO when asked, or when it must say whether cuDNN took the fused attention)."""
+    import jax
+    from attention_jax.speed import forms
     info = {"backend": jax.default_backend(), "devices": jax.device_count(), "attention": speed.form_for(cfg),
-            "attention_kernel": speed.describe(cfg), "dtype": dtype, "context": context, "steps_per_call": per_call}
+            "attention_kernel": speed.describe(cfg), "dtype": dtype, "context": cfg.context, "steps_per_call": per_call}
     cudnn = info["attention"] == "fused" and forms.fused_kernel(dtype, cfg.d_head_used) == "cudnn"
     if with_hlo or cudnn:
-        info["hlo"] = engine._step.lower(state, batches[0]).compile().as_text()
+        info["hlo"] = engine._step.lower(state, batch).compile().as_text()
         if cudnn and "__cudnn$fmha" not in info["hlo"]:
             info["attention_kernel"] = "fused (XLA: cuDNN refused it)"   # the label was a prediction: the program says
         if not with_hlo:
             del info["hlo"]
-    if with_eval:
-        info["perplexity"] = lambda tokens: engine.perplexity(state, tokens)
-    return step, peak, info
+    return info
 
 
 def dtypes(dtype: str, attention: str = "auto"):
