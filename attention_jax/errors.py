@@ -74,3 +74,18 @@ class GenerationInterrupted(KeyboardInterrupt):
         self.texts, self.done, self.n = texts, done, n
         super().__init__(f"generation interrupted after {done} of {n} new tokens; the texts so far are in "
                          "this exception's .texts")
+
+
+class NotMeasurable(UserError, ValueError):
+    """A quantity with no meaningful value on these inputs: a ratio over a gap below its floor (or within
+    its noise), a metric that is not finite, a correlation of constant scores. Never a number."""
+
+
+class SearchInterrupted(KeyboardInterrupt):
+    """Ctrl-C during a greedy search (`analysis.pruning.acdc`): `state` holds every decision made so far,
+    and the same call given `resume=state` goes on from there, so nothing decided is lost."""
+
+    def __init__(self, state, done: int, total: int):
+        self.state, self.done, self.total = state, done, total
+        super().__init__(f"ACDC interrupted after deciding {done} of {total} edges; pass this exception's .state "
+                         "as acdc(..., resume=state) to go on from there")

@@ -3,7 +3,7 @@
 `python -m experiments.patching` makes random GPT-2s with transformers, loads each into our
 modules (`attention_jax.pretrained`) and into TransformerLens' TransformerBridge, and times
 three sweeps on both: the residual stream before every block at every position
-(`activation_patch(..., hook="resid_pre", by="position")` against `get_act_patch_resid_pre`),
+(`activation_patch(..., hook="resid_pre", by="position", into="corrupted")` against `get_act_patch_resid_pre`),
 every head's output (`hook="z", by="head"` against `get_act_patch_attn_head_out_all_pos`), and
 every edge of the residual graph patched alone (`discovery.edge_patch` against ACDC's edge
 patching written as a loop of hooked forwards, `transformer_lens_ref.edge_patch_loop`). Ours is
@@ -91,7 +91,7 @@ def _contestants(ours, hf, clean, corrupted, metric, hook, by, tl_name):
             scores = edge_patch(ours, clean, corrupted, metric)
             return scores.effect + scores.clean
     else:
-        ours_run = lambda: activation_patch(ours, clean, corrupted, metric, hook=hook, by=by).values
+        ours_run = lambda: activation_patch(ours, clean, corrupted, metric, hook=hook, by=by, into="corrupted").values
     if hf is None:
         return ours_run, None
     import torch
@@ -147,7 +147,9 @@ def estimates(name: str, ours, steps: int) -> tuple[list[dict], list[dict], list
     """EAP and EAP-IG against exact edge patching on one model (Pearson, Spearman, the three edges each misses
     most), the faithfulness of each score's circuits, and ACDC's greedy circuit against the scores' circuits of
     its size: (agreement rows, faithfulness rows, ACDC rows)."""
-    from attention_jax.analysis.discovery import acdc, circuit, circuit_faithfulness, edge_attribution, edge_patch, faithfulness
+    from attention_jax.analysis.discovery import edge_attribution, edge_patch
+    from attention_jax.analysis.faithfulness import circuit_faithfulness, faithfulness
+    from attention_jax.analysis.pruning import acdc, circuit
     from attention_jax.analysis.patching import normalized_logit_diff
     clean, corrupted = _texts(MODELS[name])
     metric = normalized_logit_diff(ours, clean, corrupted, ANSWER, WRONG)

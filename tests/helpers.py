@@ -1,7 +1,8 @@
 """What several test files share: the smoke-sized training setup (test_train_engine, _loop,
 _checkpoints), the synthetic corpus of the data tests (test_data_corpus, _tokenizer), and
 `copy_rows`, which starts a table's folder from another run's trained rows, and
-`hlo_computations`, a compiled program's computations (test_decode, test_speed_decoding).
+`hlo_computations`, a compiled program's computations (test_decoding_loops, test_decoding_layout),
+and `discovery_case`, the circuit tests' model and texts.
 
 Not a test file: plain functions and constants, imported as `helpers` (pytest puts tests/ on
 sys.path). Fixtures stay in the files that use them, or in conftest.py.
@@ -215,3 +216,17 @@ def hlo_computations(hlo: str) -> tuple[dict[str, str], set[str]]:
     bodies = dict(re.findall(r"\n(%[\w.\-]+) [^\n]*\{\n(.*?)\n\}", "\n" + hlo, re.S))
     bodies["ENTRY"] = hlo[hlo.index("ENTRY"):]
     return bodies, set(re.findall(r"kind=k\w+, calls=(%[\w.\-]+)", hlo))
+
+
+# -- circuit discovery: a 2-block model of two heads, biases on, pre- or post-norm ------------------
+
+def discovery_case(norm: str):
+    """(model, clean, corrupted, metric): test_analysis_discovery, _pruning and _faithfulness's texts."""
+    from attention_jax.analysis.patching import normalized_logit_diff
+    from attention_jax.model import LanguageModel
+    cfg = ModelConfig(vocab_size=23, context=8, d_model=16, n_heads=2, n_layers=2, mixer="heads", qkv_bias=True,
+                      bias=True, norm=norm)
+    model = LanguageModel(cfg, rngs=nnx.Rngs(3))
+    clean = np.array([[1, 2, 3, 4, 5, 6, 7, 8], [3, 1, 4, 1, 5, 9, 2, 6]])
+    corrupted = np.array([[1, 2, 9, 4, 5, 6, 7, 8], [3, 1, 4, 1, 7, 9, 2, 6]])
+    return model, clean, corrupted, normalized_logit_diff(model, clean, corrupted, 5, 6)

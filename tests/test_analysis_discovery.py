@@ -1,31 +1,27 @@
-"""attention_jax.analysis.discovery: every edge's exact effect equals TransformerLens' loop of patched forwards on the
-same weights; the gradient estimates are the exact effect's first order and integral; circuits reach the logits;
-pre-norm and post-norm models alike."""
+"""attention_jax.analysis.discovery: every edge's exact effect equals TransformerLens' loop of patched forwards on
+the same weights; the gradient estimates are the exact effect's first order and integral; the scores are of the
+model as it is (live hook patches in force); what is not a number is refused. Pre- and post-norm alike."""
 import dataclasses
 
+import jax.numpy as jnp
 import numpy as np
 import pytest
 from flax import nnx
 
-from attention_jax import ConfigError, ModelConfig
+from attention_jax import ConfigError
 from attention_jax.analysis import discovery
-from attention_jax.analysis.discovery import (EdgeScores, acdc, circuit, edge_attribution, edge_patch, faithfulness,
-                                     patch_paths, smallest_circuit)
-from attention_jax.analysis.edges import Graph
-from attention_jax.model import LanguageModel
+from attention_jax.analysis.discovery import EdgeScores, edge_attribution, edge_patch, patch_paths, prepare
+from attention_jax.analysis.inspect import ablate
 from attention_jax.analysis.patching import normalized_logit_diff
+from attention_jax.errors import NotMeasurable
+from attention_jax.model import LanguageModel
 
-from helpers import gpt2_texts, tl_bridge
+from helpers import discovery_case, gpt2_texts, tl_bridge
 
 
 @pytest.fixture(scope="module", params=["pre", "post"])
 def case(request):
-    cfg = ModelConfig(vocab_size=23, context=8, d_model=16, n_heads=2, n_layers=2, mixer="heads", qkv_bias=True,
-                      bias=True, norm=request.param)
-    model = LanguageModel(cfg, rngs=nnx.Rngs(3))
-    clean = np.array([[1, 2, 3, 4, 5, 6, 7, 8], [3, 1, 4, 1, 5, 9, 2, 6]])
-    corrupted = np.array([[1, 2, 9, 4, 5, 6, 7, 8], [3, 1, 4, 1, 7, 9, 2, 6]])
-    return model, clean, corrupted, normalized_logit_diff(model, clean, corrupted, 5, 6)
+    return discovery_case(request.param)
 
 
 def test_each_edge_alone_is_its_own_path_patch(case):
@@ -44,7 +40,7 @@ def test_eap_is_the_exact_effects_first_order_and_ig_sums_to_the_whole_change(ca
     model, clean, corrupted, metric = case
     eap = edge_attribution(*case)
     g = eap.graph
-    at = discovery._setup(model, clean, corrupted, metric)
+    at = prepare(model, clean, corrupted, metric)
     eps = 0.02                                  # the metric's slope along one edge, by central differences
     for e in (0, int(np.argmax(np.abs(eap.effect)))):
         s, r = g.edges[e]
@@ -56,50 +52,6 @@ def test_eap_is_the_exact_effects_first_order_and_ig_sums_to_the_whole_change(ca
     assert ig.method == "eap_ig32" and ig.effect.sum() == pytest.approx(0.0 - ig.clean, abs=2e-3)
     exact = edge_patch(*case)
     assert np.corrcoef(ig.effect, exact.effect)[0, 1] > 0.5
-
-
-def _scores():
-    g = Graph(("embed", "0.h0", "0.ffn"), ("0.h0.q", "0.h0.k", "0.h0.v", "0.ffn", "logits"),
-              ((0, 0), (0, 1), (0, 2), (0, 3), (1, 3), (0, 4), (1, 4), (2, 4)))
-    return EdgeScores(g, np.array([0.9, 0.1, 0.05, -0.8, 0.7, 0.0, 0.02, 0.6]), "exact", 1.0)
-
-
-def test_a_circuit_keeps_only_edges_on_a_path_to_the_logits():
-    # embed->0.h0.q (0.9) is kept only while 0.h0 reaches the logits or the ffn that does
-    assert circuit(_scores(), k=2) == []                                   # 0.h0.q and 0.ffn: neither reaches the logits
-    assert circuit(_scores(), k=3) == []
-    assert circuit(_scores(), k=4) == ["embed->0.h0.q", "embed->0.ffn", "0.h0->0.ffn", "0.ffn->logits"]
-    assert circuit(_scores(), threshold=0.65) == []
-    assert circuit(_scores(), threshold=0.6) == circuit(_scores(), k=4)
-    with pytest.raises(ConfigError, match="k .* or threshold"):
-        circuit(_scores())
-
-
-@pytest.mark.slow
-def test_acdc_equals_its_greedy_loop_written_with_path_patching(case):
-    g = edge_patch(*case).graph
-    names = g.names()
-    order = sorted(range(len(names)), key=lambda e: (-g.edges[e][1], -g.edges[e][0]))
-    patched, current = [], patch_paths(*case, [])[0]
-    for e in order:                                   # the plain loop: one path patch per decision
-        value = patch_paths(*case, patched + [e])[0]
-        if abs(value - current) < 0.05:
-            patched, current = patched + [e], value
-    kept = [e for e in range(len(names)) if e not in patched]
-    found = acdc(*case, threshold=0.05)
-    assert set(found) <= {names[e] for e in kept} and 0 < len(found) < len(names)
-    assert set(found) == set(discovery._reaching(g, kept))
-    assert acdc(*case, threshold=0.0) == names           # nothing may change the metric by less than 0
-    assert acdc(*case, threshold=1e9) == []
-    with pytest.raises(ConfigError, match="threshold=-1"):
-        acdc(*case, threshold=-1)
-
-
-def test_faithfulness_runs_from_none_to_the_whole_model(case):
-    exact = edge_patch(*case)
-    n = len(exact.graph.edges)
-    curve = faithfulness(*case, exact, ks=[0, n])
-    assert curve[0] == pytest.approx(0.0, abs=1e-6) and curve[1] == pytest.approx(1.0, abs=1e-5)
 
 
 def test_models_whose_inputs_are_not_sums_and_bad_arguments_are_refused(case):
@@ -153,15 +105,39 @@ def test_spearman_ranks_ties_by_their_mean_rank(case):
     assert exact.agreement(exact) == pytest.approx((1.0, 1.0))
 
 
-def test_the_smallest_circuit_is_the_first_k_past_the_share_or_the_largest_asked(case):
+def test_a_correlation_with_constant_scores_is_refused(case):
     exact = edge_patch(*case)
-    curve = faithfulness(*case, exact, ks=range(1, 11))
-    found = smallest_circuit(*case, exact, share=0.5, most=10)
-    np.testing.assert_allclose(found.curve, curve)
-    want = next((k for k in range(1, 11) if curve[k - 1] >= 0.5), None)
-    assert found.k == want and found.edges == circuit(exact, k=want or 10)
-    assert found.faithfulness == pytest.approx(curve[(want or 10) - 1])
-    none = smallest_circuit(*case, exact, share=1e9, most=3)
-    assert none.k is None and none.edges == circuit(exact, k=3)
-    alone = discovery.circuit_faithfulness(*case, [], exact.graph.names(), circuit(exact, k=4))
-    np.testing.assert_allclose(alone, [0.0, 1.0, faithfulness(*case, exact, ks=[4])[0]], atol=1e-5)
+    flat = EdgeScores(exact.graph, np.zeros_like(exact.effect), "flat", exact.clean)
+    for a, b in ((exact, flat), (flat, exact)):
+        with pytest.raises(NotMeasurable, match="flat scores are all 0"):
+            a.agreement(b)
+
+
+def test_a_metric_that_is_not_finite_is_refused_never_ranked(case):
+    """A NaN clean metric would give all-NaN scores, ranked and pruned as if real: refused in one line."""
+    model, clean, corrupted, metric = case
+    nan = lambda logits: metric(logits) * jnp.nan
+    for score in (lambda: edge_patch(model, clean, corrupted, nan), lambda: edge_attribution(model, clean, corrupted,
+                                                                                            nan),
+                  lambda: patch_paths(model, clean, corrupted, nan, [0])):
+        with pytest.raises(NotMeasurable, match="not finite"):
+            score()
+
+
+@pytest.mark.parametrize("norm", ["pre", "post"])
+def test_discovery_scores_the_model_as_it_is_live_hook_patches_included(norm):
+    """Inside an ablation (a head zeroed), the clean metric is the ablated model's and each edge's effect
+    is its path patch on the ablated model; the edges of the zeroed head then carry nothing."""
+    model, clean, corrupted, metric = discovery_case(norm)
+    plain = edge_patch(model, clean, corrupted, metric)
+    with ablate(model, heads={0: [1]}):
+        ablated_metric = float(metric(model(jnp.asarray(clean))))
+        exact = edge_patch(model, clean, corrupted, metric)
+        eap = edge_attribution(model, clean, corrupted, metric)
+        picks = [int(np.argmax(np.abs(exact.effect))), 3]
+        alone = patch_paths(model, clean, corrupted, metric, *[[i] for i in picks])
+    assert exact.clean == pytest.approx(ablated_metric, abs=1e-5) and abs(exact.clean - plain.clean) > 1e-3
+    np.testing.assert_allclose(alone - exact.clean, exact.effect[picks], atol=1e-5)
+    from_head = [i for i, n in enumerate(exact.graph.names()) if n.startswith("0.h1->")]
+    assert np.abs(exact.effect[from_head]).max() < 1e-5 and np.abs(eap.effect[from_head]).max() < 1e-5   # rounding
+    assert np.abs(plain.effect[from_head]).max() > 1e-4        # without the ablation they do carry something

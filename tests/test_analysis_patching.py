@@ -11,7 +11,7 @@ import jax.numpy as jnp
 from flax import nnx
 
 from attention_jax.config import ModelConfig
-from attention_jax.errors import ConfigError, DataError
+from attention_jax.errors import ConfigError, DataError, NotMeasurable
 from attention_jax.fingerprint import Keyed
 from attention_jax.analysis.inspect import patched, run_with_cache
 from attention_jax.model import LanguageModel
@@ -58,7 +58,7 @@ def by_hand(model, clean, corrupted, metric, hook, by):
                                       pytest.param("v", "head_position", marks=pytest.mark.slow)])
 def test_a_compiled_sweep_equals_patching_one_activation_at_a_time(case, hook, by):
     model, clean, corrupted, metric = case
-    sweep = activation_patch(model, clean, corrupted, metric, hook=hook, by=by, batch_size=5)   # 5: a ragged last map
+    sweep = activation_patch(model, clean, corrupted, metric, hook=hook, by=by, batch_size=5, into="corrupted")   # 5: a ragged last map
     assert sweep.axes == ("layer", *{"position": ("position",), "head": ("head",),
                                      "head_position": ("head", "position")}[by])
     np.testing.assert_allclose(sweep.values, by_hand(model, clean, corrupted, metric, hook, by), atol=2e-4)
@@ -69,7 +69,7 @@ def test_the_normalised_metric_is_one_on_the_clean_run_and_zero_on_the_corrupted
     assert float(metric(model(jnp.asarray(clean)))) == pytest.approx(1.0, abs=1e-5)
     assert float(metric(model(jnp.asarray(corrupted)))) == pytest.approx(0.0, abs=1e-5)
     # the first block's input at the changed position carries all of it; at the others, nothing
-    sweep = activation_patch(model, clean, corrupted, metric, hook="resid_pre", by="position")
+    sweep = activation_patch(model, clean, corrupted, metric, hook="resid_pre", by="position", into="corrupted")
     np.testing.assert_allclose(sweep.values[0], np.eye(8)[2], atol=1e-4)      # compiled vs eager: rounding
     assert sweep.max()[1] in ({"layer": 0, "position": 2}, {"layer": 1, "position": 7})
     # the reverse: corrupting the clean run at that position takes it all away
@@ -89,9 +89,9 @@ def test_attribution_patching_agrees_with_exact_patching_where_the_patches_are_s
     corrupted[:, 3] = 9
     metric = lambda logits: logit_diff(logits, 3, 4)
     for hook, by in (("resid_pre", "position"), ("z", "head"), ("mixer_out", "position")):
-        exact = activation_patch(model, clean, corrupted, metric, hook=hook, by=by).values
+        exact = activation_patch(model, clean, corrupted, metric, hook=hook, by=by, into="corrupted").values
         base = float(metric(model(jnp.asarray(corrupted))))
-        approx = attribution_patch(model, clean, corrupted, metric, hook=hook, by=by)
+        approx = attribution_patch(model, clean, corrupted, metric, hook=hook, by=by, into="corrupted")
         assert approx.method == "attribution" and approx.values.shape == exact.shape
         np.testing.assert_allclose(approx.values, exact - base, atol=2e-2 * np.abs(exact - base).max())   # 2% of the largest
 
@@ -102,8 +102,8 @@ def test_where_attribution_patching_is_not_exact_it_says_so_by_differing():
     clean = np.random.default_rng(0).integers(0, 50, (3, 8))
     corrupted = (clean + 17) % 50
     metric = normalized_logit_diff(model, clean, corrupted, 3, 4)
-    exact = activation_patch(model, clean, corrupted, metric, hook="resid_pre", by="position").values
-    approx = attribution_patch(model, clean, corrupted, metric, hook="resid_pre", by="position").values
+    exact = activation_patch(model, clean, corrupted, metric, hook="resid_pre", by="position", into="corrupted").values
+    approx = attribution_patch(model, clean, corrupted, metric, hook="resid_pre", by="position", into="corrupted").values
     assert np.abs(approx - exact).max() > 0.05
 
 
@@ -115,15 +115,17 @@ def test_where_attribution_patching_is_not_exact_it_says_so_by_differing():
 def test_a_sweep_that_cannot_be_is_refused_in_one_line(case, bad, match):
     model, clean, corrupted, metric = case
     with pytest.raises(ConfigError, match=match) as info:
-        activation_patch(model, clean, corrupted, metric, **bad)
+        activation_patch(model, clean, corrupted, metric, **{"into": "corrupted", **bad})
     assert "\n" not in str(info.value)
+    with pytest.raises(ConfigError, match="into=None: say which run is patched"):
+        activation_patch(model, clean, corrupted, metric)         # no direction is assumed: each call says it
     with pytest.raises(ConfigError, match="of one shape"):
-        activation_patch(model, clean, corrupted[:, :5], metric)
-    with pytest.raises(ConfigError, match="nothing to normalise by"):
+        activation_patch(model, clean, corrupted[:, :5], metric, into="corrupted")
+    with pytest.raises(NotMeasurable, match="differ by 0 in the metric, below min_gap"):
         normalized_logit_diff(model, clean, clean, 3, 4)
     average = LanguageModel(ModelConfig(vocab_size=50, context=8, mixer="average"), rngs=nnx.Rngs(0))
     with pytest.raises(ConfigError, match="has no heads"):
-        activation_patch(average, clean, corrupted, metric, hook="z", by="head")
+        activation_patch(average, clean, corrupted, metric, hook="z", by="head", into="corrupted")
 
 
 def test_what_a_compiled_sweep_would_clamp_or_fail_on_is_refused_first(case):
@@ -134,9 +136,9 @@ def test_what_a_compiled_sweep_would_clamp_or_fail_on_is_refused_first(case):
     past = corrupted.copy()
     past[0, 0] = TINY.vocab_size
     with pytest.raises(DataError, match="token id 50 is outside the vocabulary"):
-        activation_patch(model, clean, past, metric)
+        activation_patch(model, clean, past, metric, into="corrupted")
     with pytest.raises(DataError, match="token id -1 is outside"):
-        attribution_patch(model, clean - clean.min() - 1, corrupted, metric)
+        attribution_patch(model, clean - clean.min() - 1, corrupted, metric, into="corrupted")
     with pytest.raises(DataError, match="token id 50 is outside"):
         normalized_logit_diff(model, clean, corrupted, TINY.vocab_size, 4)
     with pytest.raises(ConfigError, match="position=8 is outside the text's 8 positions"):
@@ -145,10 +147,10 @@ def test_what_a_compiled_sweep_would_clamp_or_fail_on_is_refused_first(case):
                        ({"not": "callable"}, "is not callable")):
         for patch in (activation_patch, attribution_patch):
             with pytest.raises(ConfigError, match=words):
-                patch(model, clean, corrupted, bad)
+                patch(model, clean, corrupted, bad, into="corrupted")
     for size in (0, -2, 1.5):
         with pytest.raises(ConfigError, match=f"batch_size={size!r} must be a whole number >= 1"):
-            activation_patch(model, clean, corrupted, metric, batch_size=size)
+            activation_patch(model, clean, corrupted, metric, batch_size=size, into="corrupted")
 
 
 ANSWER = 3      # read by `reads_a_global`: a metric's global, changed between two sweeps
@@ -165,16 +167,16 @@ def test_a_metric_is_keyed_by_the_values_it_reads_not_by_its_identity(case):
     from attention_jax.analysis.patching import _sweep
     model, clean, corrupted, _ = case
     ANSWER = 3
-    first = activation_patch(model, clean, corrupted, reads_a_global).values
+    first = activation_patch(model, clean, corrupted, reads_a_global, into="corrupted").values
     compiled = _sweep._cache_size()
-    np.testing.assert_array_equal(activation_patch(model, clean, corrupted, reads_a_global).values, first)
+    np.testing.assert_array_equal(activation_patch(model, clean, corrupted, reads_a_global, into="corrupted").values, first)
     assert _sweep._cache_size() == compiled                    # the same values: the same program
     try:
         ANSWER = 7
-        changed = activation_patch(model, clean, corrupted, reads_a_global).values
+        changed = activation_patch(model, clean, corrupted, reads_a_global, into="corrupted").values
     finally:
         ANSWER = 3
-    written = activation_patch(model, clean, corrupted, lambda logits: logit_diff(logits, 7, 4)).values
+    written = activation_patch(model, clean, corrupted, lambda logits: logit_diff(logits, 7, 4), into="corrupted").values
     np.testing.assert_allclose(changed, written, rtol=1e-6, atol=1e-6)
     assert np.abs(changed - first).max() > 0.1
 
@@ -186,7 +188,7 @@ def test_answers_must_match_the_batch_and_the_vocabulary(case):
     with pytest.raises(DataError, match="token ids must be integers, got float"):
         normalized_logit_diff(model, clean, corrupted, 3.0, 4)
     with pytest.raises(DataError, match="token ids must be integers, got bool"):
-        activation_patch(model, clean.astype(bool), corrupted, reads_a_global)
+        activation_patch(model, clean.astype(bool), corrupted, reads_a_global, into="corrupted")
     with pytest.raises(ConfigError, match=r"clean must be token ids \[B, T\]"):      # one text as [T]
         normalized_logit_diff(model, clean[0], corrupted[0], 3, 4)
 
@@ -197,12 +199,12 @@ def test_a_model_with_dropout_is_analysed_with_dropout_off(case):
     _, clean, corrupted, _ = case
     model = LanguageModel(dataclasses.replace(TINY, dropout=0.3), rngs=nnx.Rngs(0))
     metric = normalized_logit_diff(model, clean, corrupted, 3, 4)
-    sweeps = [activation_patch(model, clean, corrupted, metric).values for _ in range(2)]
+    sweeps = [activation_patch(model, clean, corrupted, metric, into="corrupted").values for _ in range(2)]
     np.testing.assert_array_equal(*sweeps)
     reference = nnx.merge(*nnx.split(model))
     reference.eval()
-    np.testing.assert_allclose(sweeps[0], activation_patch(reference, clean, corrupted, metric).values, atol=1e-6)
-    attribution_patch(model, clean, corrupted, metric)
+    np.testing.assert_allclose(sweeps[0], activation_patch(reference, clean, corrupted, metric, into="corrupted").values, atol=1e-6)
+    attribution_patch(model, clean, corrupted, metric, into="corrupted")
     assert not model.blocks[0].mixer.attention.dropout.deterministic
 
 
@@ -260,7 +262,7 @@ def test_every_sweep_equals_transformer_lens_on_the_same_weights(gpt2, torch):
         for (hook, by), (name, order) in TL.items():
             theirs = getattr(tl_patching, name)(bridge, torch.as_tensor(corrupted), clean_cache, tl_metric).numpy()
             theirs = theirs if order is None else theirs.transpose(order)
-            mine = activation_patch(ours, clean, corrupted, metric, hook=hook, by=by).values
+            mine = activation_patch(ours, clean, corrupted, metric, hook=hook, by=by, into="corrupted").values
             np.testing.assert_allclose(mine, theirs, atol=2e-4, err_msg=f"{hook} by {by} vs {name}")
 
 
@@ -272,7 +274,7 @@ def test_ctrl_c_ends_a_long_sweep_at_the_end_of_its_batch(case):
     import time
     from attention_jax.analysis import patching
     model, clean, corrupted, metric = case
-    activation_patch(model, clean, corrupted, metric, batch_size=1)        # compiled before the clock
+    activation_patch(model, clean, corrupted, metric, batch_size=1, into="corrupted")        # compiled before the clock
     calls, real = [], patching._sweep
 
     def slow(*args, **kwargs):        # each batch made to take 0.2 s, as a big model's would
@@ -284,7 +286,7 @@ def test_ctrl_c_ends_a_long_sweep_at_the_end_of_its_batch(case):
         threading.Timer(0.5, _thread.interrupt_main).start()
         began = time.perf_counter()
         with pytest.raises(KeyboardInterrupt):
-            activation_patch(model, clean, corrupted, metric, batch_size=1)   # 16 batches: 3.2 s
+            activation_patch(model, clean, corrupted, metric, batch_size=1, into="corrupted")   # 16 batches: 3.2 s
         assert time.perf_counter() - began < 1.0 and len(calls) < 16
     finally:
         patching._sweep = real

@@ -171,7 +171,7 @@ def test_the_patching_view_draws_a_sweep_and_reads_it_back_on_hover(browser, tmp
     corrupted = clean.copy()
     corrupted[:, 2] = (clean[:, 2] + 5) % 64
     metric = normalized_logit_diff(model, clean, corrupted, 3, 4)
-    by_position = activation_patch(model, clean, corrupted, metric, hook="resid_pre", by="position")
+    by_position = activation_patch(model, clean, corrupted, metric, hook="resid_pre", by="position", into="corrupted")
     labels = [f"t{int(i)}" for i in clean[0]]
     page, asked, errors = open_page(browser, viewer.PatchingView(by_position, labels, title="resid").save(tmp_path / "r.html"),
                                     "ajp")
@@ -179,7 +179,7 @@ def test_the_patching_view_draws_a_sweep_and_reads_it_back_on_hover(browser, tmp
     page.hover(".ajp-cell[data-r='1'][data-c='5']")
     assert page.text_content(".ajp-tip") == f"block 1, {labels[5]}: {by_position.values[1, 5]:.4f}"
     page.close()
-    three = activation_patch(model, clean, corrupted, metric, hook="z", by="head_position")
+    three = activation_patch(model, clean, corrupted, metric, hook="z", by="head_position", into="corrupted")
     page, asked, errors = open_page(browser, viewer.PatchingView(three, labels).save(tmp_path / "z.html"), "ajp")
     assert page.get_attribute(".ajp", "data-cells") == str(4 * 8)             # one block: heads x positions
     page.select_option(".ajp-layer", "1")
@@ -249,7 +249,7 @@ def _edge_scores(**change):
 
 @pytest.mark.slow
 def test_the_circuit_view_draws_each_edge_and_reads_it_back_on_hover(browser, tmp_path):
-    from attention_jax.analysis.discovery import circuit
+    from attention_jax.analysis.pruning import circuit
     scores = _edge_scores()
     kept = circuit(scores, k=12)
     page, asked, errors = open_page(browser, viewer.CircuitView(scores, kept, title="<b>found</b>").save(tmp_path / "c.html"),

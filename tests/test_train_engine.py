@@ -211,7 +211,7 @@ def test_engine_model_reads_with_dropout_off_and_patches(engine):
     model = eng.model(eng.init([0]))
     x = jnp.asarray(eval_windows(VAL, T)[0][:2])
     np.testing.assert_array_equal(forward(model, x), forward(model, x))
-    sweep = activation_patch(model, np.asarray(x), np.asarray(x)[::-1], lambda logits: logit_diff(logits, 1, 2))
+    sweep = activation_patch(model, np.asarray(x), np.asarray(x)[::-1], lambda logits: logit_diff(logits, 1, 2), into="corrupted")
     assert np.isfinite(sweep.values).all()
 
 

@@ -74,12 +74,38 @@ class Graph:
         except KeyError:
             raise ConfigError(f"the graph has no edge {name!r}; its edges read like {self.names()[0]!r}") from None
 
+    def select(self, which) -> list[int]:
+        """Edge indices from names, whole-number indices, or a boolean array over `edges` (NumPy's way);
+        anything else (a fraction, an index past the graph, a mask of another graph) in one line."""
+        if isinstance(which, (str, bytes)):
+            which = [which]
+        try:
+            items = list(np.asarray(which).reshape(-1)) if isinstance(which, np.ndarray) else list(which)
+        except TypeError:
+            raise ConfigError(f"edges {which!r}: give a list of names or indices, or a boolean array") from None
+        if items and all(isinstance(e, (bool, np.bool_)) for e in items):
+            if np.shape(which) != (len(self.edges),):
+                raise ConfigError(f"a boolean selection must have one entry per edge ({len(self.edges)}), "
+                                  f"got shape {np.shape(which)}")
+            return [int(i) for i in np.flatnonzero(items)]
+        return [self._one(e) for e in items]
+
+    def _one(self, e) -> int:
+        if isinstance(e, str):
+            return self.index(e)
+        if isinstance(e, (bool, np.bool_)) or not isinstance(e, (int, np.integer)):
+            raise ConfigError(f"edge {e!r} is neither a name nor a whole-number index: give names such as "
+                              f"{self.names()[0]!r} or indices 0 .. {len(self.edges) - 1}")
+        if not 0 <= e < len(self.edges):
+            raise ConfigError(f"edge index {e} is outside the graph's {len(self.edges)} edges "
+                              f"(0 .. {len(self.edges) - 1})")
+        return int(e)
+
     def mask(self, which) -> np.ndarray:
-        """float32 [senders, receivers]: 1 at each edge in `which` (indices into `edges`, or names)."""
+        """float32 [senders, receivers]: 1 at each edge of `which` (`select`'s: names, indices, booleans)."""
         out = np.zeros((len(self.senders), len(self.receivers)), np.float32)
-        for e in which:
-            s, r = self.edges[self.index(e) if isinstance(e, str) else int(e)]
-            out[s, r] = 1.0
+        for e in self.select(which):
+            out[self.edges[e]] = 1.0
         return out
 
 

@@ -1,20 +1,24 @@
 """Activation and attribution patching: which activations carry what a clean run has and a corrupted one lacks.
 
     metric = normalized_logit_diff(model, clean, corrupted, answer, wrong)    # clean 1, corrupted 0
-    sweep = activation_patch(model, clean, corrupted, metric, hook="resid_pre", by="position")
+    sweep = activation_patch(model, clean, corrupted, metric, hook="resid_pre", by="position",
+                             into="corrupted")
     sweep.values                                    # [layer, position]: the metric with that one patched
-    approx = attribution_patch(model, clean, corrupted, metric, hook="z", by="head")   # [layer, head]
+    approx = attribution_patch(model, clean, corrupted, metric, hook="z", by="head", into="corrupted")
 
-Activation patching runs the corrupted text with one activation (a hook point of one block,
-at one position or head) taken from the clean run, and reads the metric; attribution
-patching estimates all of them at once from one forward and one backward pass, as the
-metric's gradient times the activation's change (Nanda 2023, attribution patching). With
-`into="clean"` the clean text runs and corrupted activations go in (what breaks it).
+Every call says which run is patched, `into`: "corrupted" runs the corrupted text with one
+activation (a hook point of one block, at one position or head) taken from the clean run (what
+restores the behaviour: TransformerLens' `get_act_patch_*`); "clean" runs the clean text with
+one corrupted activation (what breaks it: the direction of edge patching, `analysis.discovery`).
+There is no default, so no call reads as the other direction. Attribution patching estimates
+every patch at once from one forward and one backward pass, as the metric's gradient times the
+activation's change (Nanda 2023, attribution patching).
 
 A sweep is one compiled program: the patches are an index, vmapped `batch_size` at a time,
 so the model runs once per index inside it, not a Python loop of forwards; the program is
-called once per batch, so a Ctrl-C is answered between them. Hook points are the model's own (`inspect.hook_names`), read and patched by the
-model as built; `hook` names a kind, and `by` the axes the sweep runs over.
+called once per batch, so a Ctrl-C is answered between them. Hook points are the model's own
+(`inspect.hook_names`), read and patched by the model as built; `hook` names a kind, and `by`
+the axes the sweep runs over.
 """
 from __future__ import annotations
 
@@ -27,6 +31,7 @@ import jax.numpy as jnp
 import numpy as np
 from flax import nnx
 
+from attention_jax.analysis.checks import MIN_GAP, gap
 from attention_jax.errors import ConfigError
 from attention_jax.fingerprint import Keyed, fingerprint
 from attention_jax.analysis.inspect import deterministic, patched, run_with_cache
@@ -34,7 +39,7 @@ from attention_jax.layers import check_ids
 
 # hook kind -> (its name in block i, the axes of its value after the batch's)
 HOOKS = {**{k: (f"blocks.{{i}}.{k}", ("position", "d_model"))
-            for k in ("resid_pre", "resid_mid", "resid_post", "mixer_out", "ffn_out")},
+            for k in ("resid_pre", "mixer_in", "mixer_out", "resid_mid", "ffn_in", "ffn_out", "resid_post")},
          **{k: (f"blocks.{{i}}.mixer.{k}", ("head", "position", "d_head")) for k in ("q", "k", "v", "z")},
          "weights": ("blocks.{i}.mixer.attention.weights", ("head", "position", "key"))}
 BY = {"position": ("position",), "head": ("head",), "head_position": ("head", "position")}
@@ -79,9 +84,11 @@ def logit_diff(logits, answer, wrong, *, position: int = -1) -> jax.Array:
     return jnp.mean(pick(answer) - pick(wrong))
 
 
-def normalized_logit_diff(model, clean, corrupted, answer, wrong, *, position: int = -1) -> Callable:
+def normalized_logit_diff(model, clean, corrupted, answer, wrong, *, position: int = -1,
+                          min_gap: float = MIN_GAP) -> Callable:
     """A metric over logits: 1 where the logit difference is the clean run's, 0 where it is the corrupted's
-    (a patch can overshoot either end: values past 0 and 1 are real)."""
+    (a patch can overshoot either end: values past 0 and 1 are real). A clean-corrupted difference
+    below `min_gap` (nats) is refused: `NotMeasurable`."""
     model = deterministic(model)
     for name, tokens in (("clean", clean), ("corrupted", corrupted)):
         if np.ndim(tokens) != 2:
@@ -89,9 +96,7 @@ def normalized_logit_diff(model, clean, corrupted, answer, wrong, *, position: i
                               f"{np.shape(tokens)}")
     ld = lambda tokens: float(logit_diff(model(jnp.asarray(tokens)), answer, wrong, position=position))
     high, low = ld(clean), ld(corrupted)
-    if high == low:
-        raise ConfigError("the clean and corrupted runs give one logit difference: nothing to normalise by; "
-                          "choose texts (or answers) the model tells apart")
+    gap(high, low, min_gap)        # a difference below the floor would be normalised into noise
     return _Normalized(answer, wrong, position, high, low)
 
 
@@ -119,10 +124,14 @@ class _Normalized:
 def token_pair(model, clean, corrupted) -> tuple[np.ndarray, np.ndarray]:
     """Clean and corrupted token ids as arrays, [B, T] of one shape and in the model's vocabulary (inside a
     compiled sweep an id past it would be clamped), or one line why not."""
-    clean, corrupted = (np.asarray(t) for t in (clean, corrupted))
-    if clean.shape != corrupted.shape or clean.ndim != 2:
-        raise ConfigError(f"clean and corrupted tokens must be [B, T] of one shape, got {clean.shape} and "
-                          f"{corrupted.shape}")
+    try:
+        clean, corrupted = (np.asarray(t) for t in (clean, corrupted))
+    except ValueError:
+        raise ConfigError("clean and corrupted tokens must be [B, T] of one shape: texts of unequal lengths make "
+                          "no array; pad them to one length or patch them apart") from None
+    if clean.shape != corrupted.shape or clean.ndim != 2 or 0 in clean.shape:
+        raise ConfigError(f"clean and corrupted tokens must be [B, T] of one shape, neither empty, got "
+                          f"{clean.shape} and {corrupted.shape}")
     for tokens in (clean, corrupted):
         check_ids(tokens, model.config.vocab_size)
     return clean, corrupted
@@ -138,7 +147,9 @@ def _plan(model, clean, corrupted, hook: str, by: str, into: str):
         raise ConfigError(f"by={by!r} does not fit hook={hook!r} (its axes: {', '.join(axes)}); choose "
                           f"{' or '.join(map(repr, fits))}")
     if into not in ("corrupted", "clean"):
-        raise ConfigError(f"into={into!r}; choose 'corrupted' (clean activations into the corrupted run) or 'clean'")
+        raise ConfigError(f"into={into!r}: say which run is patched, into='corrupted' (clean activations into the "
+                          "corrupted run: what restores it) or into='clean' (corrupted into clean: what breaks it, "
+                          "the direction of edge patching)")
     clean, corrupted = token_pair(model, clean, corrupted)
     cfg = model.config
     if axes[0] == "head" and cfg.heads_used == 0:
@@ -178,13 +189,15 @@ def side_by_side(config, shape) -> int:
     return max(1, MEMORY // one)
 
 
-def in_batches(run, items: np.ndarray, batch_size: int | None, default: int) -> np.ndarray:
+def map_batches(run, items: np.ndarray, batch_size: int | None, default: int) -> np.ndarray:
     """`run` over `items` [N, ...], `batch_size` (checked; None: `default`, at most N) at a time, the results
     concatenated. The last batch is filled up with copies of its final item, so every call has one shape (one
     compiled program); between calls a Ctrl-C is answered, where one call for them all held it to the end."""
     if batch_size is not None and (isinstance(batch_size, bool) or not isinstance(batch_size, (int, np.integer))
                                    or batch_size < 1):
         raise ConfigError(f"batch_size={batch_size!r} must be a whole number >= 1 (None: as many as fit in memory)")
+    if len(items) == 0:
+        return np.zeros((0,))
     size = min(int(batch_size or default), len(items))
     padded = np.concatenate([items, np.repeat(items[-1:], -len(items) % size, axis=0)])
     return np.concatenate([np.asarray(run(padded[i:i + size])) for i in range(0, len(padded), size)])[:len(items)]
@@ -225,9 +238,9 @@ def _patch(source, layer: int, axes, by: str, index):
 
 
 def activation_patch(model, clean, corrupted, metric: Callable, *, hook: str = "resid_pre", by: str = "position",
-                     into: str = "corrupted", batch_size: int | None = None) -> Sweep:
-    """The metric of the target run (the corrupted one; `into="clean"`: the clean one) with one block's
-    `hook` value taken from the other run, for every block and every index of `by`: [layer, *by].
+                     into: str | None = None, batch_size: int | None = None) -> Sweep:
+    """The metric of the target run (`into`: "corrupted" or "clean", no default) with one block's `hook`
+    value taken from the other run, for every block and every index of `by`: [layer, *by].
 
     `metric(logits [B, T, V]) -> scalar`, e.g. `normalized_logit_diff(...)`. `batch_size`: patched
     forwards computed side by side (default: as many as fit in `MEMORY` bytes of activations, by
@@ -245,12 +258,12 @@ def activation_patch(model, clean, corrupted, metric: Callable, *, hook: str = "
         if values.shape != batch.shape[:1]:     # checked on the values: tracing the metric first costs each call
             raise ConfigError(_NOT_ONE.format(values.shape[1:]))
         return values
-    values = in_batches(run, indices, batch_size, side_by_side(model.config, target.shape))
+    values = map_batches(run, indices, batch_size, side_by_side(model.config, target.shape))
     return Sweep(np.asarray(values, np.float64).reshape(grid), ("layer", *BY[by]), hook)
 
 
 def attribution_patch(model, clean, corrupted, metric: Callable, *, hook: str = "resid_pre", by: str = "position",
-                      into: str = "corrupted") -> Sweep:
+                      into: str | None = None) -> Sweep:
     """`activation_patch`'s sweep estimated to first order, for every patch at once: the metric's
     gradient at the target run times the change each patch makes (source - target), summed over
     the axes the patch covers. One forward and one backward pass. Exact where the metric is linear
@@ -260,7 +273,7 @@ def attribution_patch(model, clean, corrupted, metric: Callable, *, hook: str = 
     keyed = check_metric(metric, (*target.shape, model.config.vocab_size))
     graphdef, state = nnx.split(model)
     came, was = (_recorded(graphdef, state, tokens, names=tuple(names)) for tokens in (source, target))
-    grads = _gradients(graphdef, state, target, {n: jnp.zeros_like(was[n]) for n in names}, names=tuple(names),
+    grads = _hook_gradients(graphdef, state, target, {n: jnp.zeros_like(was[n]) for n in names}, names=tuple(names),
                        metric=keyed)
     axes = ("batch",) + HOOKS[hook][1]
     keep = [axes.index(a) for a in BY[by]]
@@ -270,7 +283,7 @@ def attribution_patch(model, clean, corrupted, metric: Callable, *, hook: str = 
 
 
 @functools.partial(jax.jit, static_argnames=("graphdef", "names", "metric"))
-def _gradients(graphdef, state, target, zeros, *, names, metric):
+def _hook_gradients(graphdef, state, target, zeros, *, names, metric):
     """d metric / d each block's hook value, at the target run: through a zero added at each hook point."""
     def run(deltas):
         model = nnx.merge(graphdef, state)

@@ -100,12 +100,12 @@ class PatchingView(_View):
 
 class CircuitView(_View):
     """Edge scores (`discovery.EdgeScores`) drawn on the model's graph: each edge of `edges` (names; default:
-    `discovery.circuit(scores, k=20)`) a line from its sender to its receiver's input, as wide as its |effect|
+    `pruning.circuit(scores, k=20)`) a line from its sender to its receiver's input, as wide as its |effect|
     and coloured by its sign; hover an edge for its value."""
     kind, function = "ajc", "circuitViewer"
 
     def __init__(self, scores, edges=None, *, title: str = "circuit"):
-        from attention_jax.analysis.discovery import circuit
+        from attention_jax.analysis.pruning import circuit
         graph, effect = scores.graph, np.asarray(scores.effect, np.float64)
         if effect.shape != (len(graph.edges),) or not np.all(np.isfinite(effect)):
             raise ConfigError(f"a circuit view shows one finite effect per edge of its graph ({len(graph.edges)}); "

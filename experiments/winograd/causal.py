@@ -3,7 +3,7 @@
 The story read off the attention (the chapter's): block 1 moves the first noun forward to the
 referent ("the" after "so"); block 2 reads the adjective there and either keeps that noun or
 fetches the second one from its own place. Each part is tested by patching the residual stream
-entering block 2 (`activation_patch(..., hook="resid_pre", by="position")`, layer 1) from a
+entering block 2 (`activation_patch(..., hook="resid_pre", by="position", into="corrupted")`, layer 1) from a
 clean sentence into one with a single word changed, and reading how much of the clean answer
 comes back (`normalized_logit_diff`: 1 the clean run's, 0 the corrupted's), on the held-out
 noun pairs:
@@ -53,11 +53,11 @@ def causal_demo(model, task) -> dict:
     for kind in ("keep", "fetch", "read"):
         clean, corrupted, answer, wrong = sentences(task, kind)
         metric = normalized_logit_diff(model, clean, corrupted, answer, wrong, position=pos)
-        sweep = activation_patch(model, clean, corrupted, metric, hook="resid_pre", by="position").values
+        sweep = activation_patch(model, clean, corrupted, metric, hook="resid_pre", by="position", into="corrupted").values
         out[kind] = {"restored": sweep[-1].tolist(), "first_block": sweep[0].tolist()}
         if kind == "read":
             out[kind]["heads"] = activation_patch(model, clean, corrupted, metric, hook="z",
-                                                  by="head").values[-1].tolist()
+                                                  by="head", into="corrupted").values[-1].tolist()
     at = lambda kind, where: out[kind]["restored"][slot[where]]
     out.update(keep_referent=at("keep", "referent"), keep_first=at("keep", "x"), fetch_second=at("fetch", "y"),
                fetch_referent=at("fetch", "referent"), read_adjective=at("read", "adj"),
@@ -94,7 +94,8 @@ def found(model, task, kind: str = "keep") -> dict:
     FAITHFUL of the answer, and that circuit in words: each head in it, which of its inputs the circuit
     feeds, and where it looks from the referent (mean attention over the sentences)."""
     import jax.numpy as jnp
-    from attention_jax.analysis.discovery import edge_patch, smallest_circuit
+    from attention_jax.analysis.discovery import edge_patch
+    from attention_jax.analysis.faithfulness import smallest_circuit
     from attention_jax.analysis.edges import receiver_node
     from attention_jax.analysis.inspect import run_with_cache
     from attention_jax.analysis.patching import normalized_logit_diff

@@ -253,7 +253,7 @@ corrupted = clean.copy()
 corrupted[:, f + 1] = (clean[:, f + 1] + 1) % model.config.vocab_size    # the first copy's token to be copied
 answer, wrong = int(clean[0, at - s + 1]), int(corrupted[0, f + 1])
 metric = lambda logits: logit_diff(logits, answer, wrong)
-sweep = activation_patch(model, clean, corrupted, metric, hook="z", by="head")   # [layer, head]
+sweep = activation_patch(model, clean, corrupted, metric, hook="z", by="head", into="corrupted")   # [layer, head]
 print("activation patching of each head's output:\n", sweep.values.round(3))
 display(viewer.PatchingView(sweep, title="each head's output patched"))          # noqa: F821
 print("K-composition, layer 1 -> layer 2:\n", circuits.composition_scores(model, "K")[0, :, 1].round(3),
@@ -270,7 +270,9 @@ assert sweep.values.shape == (2, model.config.n_heads)
 # %%
 import numpy as np  # noqa: E402
 
-from attention_jax.analysis.discovery import circuit, edge_attribution, edge_patch, faithfulness  # noqa: E402
+from attention_jax.analysis.discovery import edge_attribution, edge_patch  # noqa: E402
+from attention_jax.analysis.faithfulness import faithfulness  # noqa: E402
+from attention_jax.analysis.pruning import circuit  # noqa: E402
 
 exact = edge_patch(model, clean, corrupted, metric)         # every edge alone, exactly
 eap = edge_attribution(model, clean, corrupted, metric)     # every edge estimated: one forward, one backward
