@@ -131,7 +131,7 @@ def decoding(decoder, platform: str, lengths: list[int]) -> tuple[str, str]:
     """The prefill and the chunk of new tokens of cached decoding, exported for `platform`."""
     B, P = len(lengths), max(lengths)
     prompt, padding = jnp.zeros((B, P), jnp.int32), jnp.asarray(P - np.array(lengths), jnp.int32)
-    graph, empty, rest = decode.twins(decoder.graphdef, decoder.state, B, P + 3)
+    graph, empty, rest = decode.cached_model(decoder.graphdef, decoder.state, B, P + 3)
     prefill = lowered(decode.prefill, platform, graph, rest, empty, prompt, padding)
     cache, logits = jax.eval_shape(lambda: decode.prefill(graph, rest, empty, prompt, padding))
     extend = lowered(decode.extend, platform, graph, rest, cache, logits, jax.random.key(0), jnp.float32(1.0),

@@ -29,8 +29,8 @@ def test_the_cached_loop_writes_the_windows_loop_s_tokens():
     prompt = jnp.asarray(np.random.default_rng(0).integers(0, BASE.vocab_size, (2, 5)), jnp.int32)
     options = dict(n=7, greedy=True, top_k=None)
     key, one = jax.random.key(0), jnp.float32(1)
-    made = decode.twins(decoder.graphdef, decoder.state, 2, 5 + 7 - 1)
-    cached = decode.cached(made, prompt, jnp.zeros((2,), jnp.int32), key, one, **options)
+    made = decode.cached_model(decoder.graphdef, decoder.state, 2, 5 + 7 - 1)
+    cached = decode.cached_loop(made, prompt, jnp.zeros((2,), jnp.int32), key, one, **options)
     buf = jnp.zeros((2, BASE.context), jnp.int32).at[:, :5].set(prompt)
     windows = decode.windows(decoder.graphdef, decoder.state, buf, jnp.full((2,), 5, jnp.int32), key, one, **options)
     assert cached.shape == (2, 12)
@@ -54,7 +54,7 @@ def test_the_weights_stay_as_stored_inside_the_compiled_decode(weights):
     (a float32 token table, the layers copied back to [in, out]), and every token reads them."""
     decoder = Decoder(model(), weights=weights)
     prompt = jnp.zeros((1, 5), jnp.int32)
-    graph, empty, rest = decode.twins(decoder.graphdef, decoder.state, 1, 8)
+    graph, empty, rest = decode.cached_model(decoder.graphdef, decoder.state, 1, 8)
     cache, logits = decode.prefill(graph, rest, empty, prompt, jnp.zeros((1,), jnp.int32))
     hlo = decode.extend.lower(graph, rest, cache, logits, jax.random.key(0), jnp.float32(1),
                               jnp.zeros((1, 4), jnp.int32), 0, 3, greedy=True, top_k=None).compile().as_text()

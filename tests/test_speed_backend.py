@@ -75,7 +75,7 @@ def test_programs_built_for_a_backend_read_no_device_while_traced(monkeypatch):
     engine._step.trace(state, {"x": x, "y": x})
     engine._nll.trace(state, x, x, None)
     from attention_jax.decoding import loops as decode
-    graph, empty, rest = decode.twins(decoder.graphdef, decoder.state, 1, 4)
+    graph, empty, rest = decode.cached_model(decoder.graphdef, decoder.state, 1, 4)
     decode.prefill.trace(graph, rest, empty, np.zeros((1, 3), np.int32), np.zeros(1, np.int32))
     cache, logits = jax.eval_shape(lambda: decode.prefill(graph, rest, empty, np.zeros((1, 3), np.int32),
                                                           np.zeros(1, np.int32)))

@@ -1,5 +1,5 @@
 """attention_jax.train.checkpoints: when a save is due (the interval, a preemption notice inside
-a call), a checkpoint of another configuration refused, the fingerprint and the state's digest,
+a call), a checkpoint of another configuration refused, the run record and the state's digest,
 and a damaged step set aside for the one before it.
 """
 
@@ -14,7 +14,7 @@ import numpy as np
 import pytest
 
 from attention_jax.errors import CheckpointError
-from attention_jax.train import Checkpoints, fingerprint
+from attention_jax.train import Checkpoints, run_record
 from attention_jax.train.checkpoints import state_digest
 
 from helpers import MC, TC, one_line, run
@@ -63,9 +63,9 @@ def test_checkpoint_of_another_configuration_is_refused(tmp_path, engine):
         message = one_line(info.value)
         assert folder in message and "another configuration" in message
         assert "delete that folder, or train this one into another workdir" in message
-    # The refused runs left the checkpoint and its fingerprint as they were.
+    # The refused runs left the checkpoint and its run record as they were.
     assert run(engine=engine(), workdir=work).final == first.final
-    # Without a fingerprint, each step still names the run that saved it: another model's run sets
+    # Without a run record, each step still names the run that saved it: another model's run sets
     # it aside and trains afresh.
     (work / "run.json").unlink()
     other = run(dataclasses.replace(MC, n_layers=2), workdir=work)
@@ -77,12 +77,12 @@ def test_checkpoint_of_another_configuration_is_refused(tmp_path, engine):
     assert [r["step"] for r in records if "val_ppl" in r] == [TC.steps]   # the old run's lines are gone
 
 
-def test_the_fingerprint_names_the_model_the_training_the_seeds_and_the_task():
-    got = fingerprint(MC, TC, (np.int64(0), 3), {"corpus": "mine"})
+def test_the_run_record_names_the_model_the_training_the_seeds_and_the_task():
+    got = run_record(MC, TC, (np.int64(0), 3), {"corpus": "mine"})
     assert got == {"model": MC.to_dict(), "train": dataclasses.asdict(TC), "seeds": [0, 3], "task": {"corpus": "mine"}}
     assert json.loads(json.dumps(got)) == got                          # what run.json holds, as it is
-    assert "task" not in fingerprint(MC, TC, [0])                      # no identity: the keys of old rows
-    assert fingerprint(MC, TC, [0]) != fingerprint(MC, dataclasses.replace(TC, lr=2e-2), [0])
+    assert "task" not in run_record(MC, TC, [0])                      # no identity: the keys of old rows
+    assert run_record(MC, TC, [0]) != run_record(MC, dataclasses.replace(TC, lr=2e-2), [0])
 
 
 def test_the_state_digest_is_the_sha256_of_every_leafs_bytes_in_tree_order():
@@ -100,7 +100,7 @@ def tiny_state(value: float) -> dict:
 
 
 def test_a_saved_state_restores_and_a_damaged_step_is_set_aside_for_the_one_before(tmp_path, capsys):
-    made_by = fingerprint(MC, TC, [0])
+    made_by = run_record(MC, TC, [0])
     ckpt = Checkpoints(tmp_path, 2, made_by, resume=True)
     for step in (2, 4):
         ckpt.save(step, tiny_state(step))
@@ -130,24 +130,25 @@ def test_a_saved_state_restores_and_a_damaged_step_is_set_aside_for_the_one_befo
 
 
 def test_a_folder_made_by_another_configuration_is_refused_and_left_as_it_was(tmp_path):
-    ckpt = Checkpoints(tmp_path, 2, fingerprint(MC, TC, [0]), resume=True)
+    ckpt = Checkpoints(tmp_path, 2, run_record(MC, TC, [0]), resume=True)
     ckpt.save(2, tiny_state(2))
     ckpt.close()
     before = (tmp_path / "run.json").read_text()
-    for other in (fingerprint(MC, TC, [1]), fingerprint(dataclasses.replace(MC, d_model=16), TC, [0])):
+    for other in (run_record(MC, TC, [1]), run_record(dataclasses.replace(MC, d_model=16), TC, [0])):
         with pytest.raises(CheckpointError) as info:
             Checkpoints(tmp_path, 2, other, resume=True)
         message = one_line(info.value)
         assert str((tmp_path / "checkpoints").absolute()) in message and "another configuration" in message
     assert (tmp_path / "run.json").read_text() == before and (tmp_path / "checkpoints" / "2").is_dir()
-    fresh = Checkpoints(tmp_path, 2, fingerprint(MC, TC, [1]), resume=False)   # the way out: start again
+    fresh = Checkpoints(tmp_path, 2, run_record(MC, TC, [1]), resume=False)   # the way out: start again
     assert fresh.latest_step() is None and json.loads((tmp_path / "run.json").read_text())["seeds"] == [1]
     fresh.close()
 
 
 def test_a_step_from_another_run_or_past_this_runs_end_is_not_resumed(tmp_path, capsys):
     """A longer run's checkpoints and checksums copied in: its steps are past this run's 6 steps."""
-    longer, short = fingerprint(MC, dataclasses.replace(TC, steps=12), [0]), fingerprint(MC, dataclasses.replace(TC, steps=6), [0])
+    longer = run_record(MC, dataclasses.replace(TC, steps=12), [0])
+    short = run_record(MC, dataclasses.replace(TC, steps=6), [0])
     theirs = Checkpoints(tmp_path / "theirs", 4, longer, resume=True)
     for step in (8, 12):
         theirs.save(step, tiny_state(step))
@@ -175,7 +176,7 @@ def test_a_step_from_another_run_or_past_this_runs_end_is_not_resumed(tmp_path, 
 
 def test_a_full_disk_during_a_save_is_one_line(tmp_path, monkeypatch):
     import errno
-    ckpt = Checkpoints(tmp_path, 2, fingerprint(MC, TC, [0]), resume=True)
+    ckpt = Checkpoints(tmp_path, 2, run_record(MC, TC, [0]), resume=True)
 
     def full(*a, **kw):
         raise RuntimeError("orbax failed") from OSError(errno.ENOSPC, "No space left on device")

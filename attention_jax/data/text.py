@@ -27,8 +27,8 @@ class CorpusInfo:
         return "tiny-shakespeare" if self.default else self.path.name
 
     def identity(self) -> dict:
-        """What a run trained on, for its fingerprint: nothing for the default corpus (fingerprints made before
-        other texts could be given stay what they were)."""
+        """What a run trained on, for its record (`train.checkpoints.run_record`): nothing for the
+        default corpus (records made before other texts could be given stay what they were)."""
         return {} if self.default else {"corpus": self.name, "sha256": self.sha256}
 
 

@@ -191,11 +191,11 @@ class Decoder:
         self._finite = _finite(nnx.state(model, nnx.Param))   # the weights as given: says why logits were not
         self._made = {}
 
-    def _twins(self, batch: int, length: int):
-        """The cache's twins for this shape (`loops.twins`), made once: the graph, the weights and the
-        cache's shapes, not the cache."""
+    def _cached_model(self, batch: int, length: int):
+        """The model with the cache's twins in, for this shape (`loops.cached_model`), made once: the
+        graph, the weights and the cache's shapes, not the cache."""
         if (batch, length) not in self._made:
-            graph, empty, rest = loops.twins(self.graphdef, self.state, batch, length)
+            graph, empty, rest = loops.cached_model(self.graphdef, self.state, batch, length)
             self._made[batch, length] = graph, jax.tree.map(lambda a: jax.ShapeDtypeStruct(a.shape, a.dtype),
                                                              empty), rest
         return self._made[batch, length]
@@ -216,8 +216,9 @@ class Decoder:
         # row's ends where its own prompt does, and its window slides from there (on the right).
         buf, starts = _padded(rows, P if cache else max(T, P + n), left=cache)
         if cache:
-            run = lambda: loops.cached(self._twins(len(rows), P + n - 1), jnp.asarray(buf), jnp.asarray(starts),
-                                        key, temperature, **options)
+            made = self._cached_model(len(rows), P + n - 1)
+            run = lambda: loops.cached_loop(made, jnp.asarray(buf), jnp.asarray(starts), key, temperature,
+                                            **options)
         else:
             run = lambda: loops.windows(self.graphdef, self.state, jnp.asarray(buf), jnp.asarray(lengths), key,
                                          temperature, **options)

@@ -1,8 +1,9 @@
 """The compiled decoding loops `generate` runs, and the draw of each next token.
 
 `windows`: uncached, each step a whole window of `context` tokens of each row's text;
-`cached`: the prompt in one call (`prefill`), then one position a step (`extend`), the keys
-and values kept by the key/value cache's twins (`kv_cache`, swapped into a copy: `twins`). `graphdef` and `state` are a model made ready to decode (`generate.Decoder`),
+`cached_loop`: the prompt in one call (`prefill`), then one position a step (`extend`), the
+keys and values kept by the key/value cache's twins (`kv_cache.cached`, swapped into a copy:
+`cached_model`). `graphdef` and `state` are a model made ready to decode (`generate.Decoder`),
 so no call converts or lays out its weights again.
 
 The new tokens come in chunks, each one compiled call of a `while` loop whose length is an
@@ -97,11 +98,11 @@ def _windows(graphdef, state, buf, lengths, key, temperature, at, count, *, gree
     return jax.lax.fori_loop(at, at + count, step, (buf, key, jnp.bool_(True)))
 
 
-def twins(graphdef, state, batch: int, length: int):
+def cached_model(graphdef, state, batch: int, length: int):
     """The model of `graphdef` and `state` with the key/value cache's twins in (`kv_cache.cached`, for
     `batch` rows of `length` slots), split as (its graph, its empty cache, the rest): made once a shape,
-    nothing computed; the rest holds `state`'s very arrays. `cached` takes the empty cache's shapes
-    alone (`jax.ShapeDtypeStruct`s), so a caller keeping this for later calls keeps no cache."""
+    nothing computed; the rest holds `state`'s very arrays. `cached_loop` takes the empty cache's
+    shapes alone (`jax.ShapeDtypeStruct`s), so a caller keeping this for later calls keeps no cache."""
     model = nnx.merge(graphdef, state)
     kv_cache.cached(model, batch, length)
     return nnx.split(model, nnx.Cache, ...)
@@ -110,7 +111,8 @@ def twins(graphdef, state, batch: int, length: int):
 @functools.partial(jax.jit, static_argnames=("graph",), donate_argnames=("empty",))
 def prefill(graph, rest, empty, prompt, padding):
     """The prompts (left-padded to one length, `padding[b]` slots in row b) through the cached model
-    (`twins`) in one call: (the cache's state, for `extend`; the logits of each row's last position [B, V])."""
+    (`cached_model`) in one call: (the cache's state, for `extend`; the logits of each row's last
+    position [B, V])."""
     model = nnx.merge(graph, empty, rest)
     decoding = kv_cache.Cached.resume(model)
     if decoding.clock is not None:
@@ -123,7 +125,8 @@ def prefill(graph, rest, empty, prompt, padding):
 def extend(graph, state, cache, logits, key, temperature, out, at, count, *, greedy: bool, top_k):
     """`count` new tokens, each drawn from `logits`, written to `out` [B, N] at column `at` + i and fed
     through the cached model (`graph` merged with `cache` and the rest of its `state`, the weights:
-    `twins`) for the next logits: (cache, logits, key, out, whether every logit drawn from was finite).
+    `cached_model`) for the next logits: (cache, logits, key, out, whether every logit drawn from was
+    finite).
     The weights go in and not out: a call copies none of them."""
     def step(i, carry):
         # Opaque to XLA each step, the weights included: else it hoists their conversion to float32 out
@@ -158,10 +161,10 @@ def _chunks(total: int):
         at += count
 
 
-def cached(made, prompt, padding, key, temperature, *, n: int, greedy: bool, top_k) -> np.ndarray:
+def cached_loop(made, prompt, padding, key, temperature, *, n: int, greedy: bool, top_k) -> np.ndarray:
     """The prompts [B, P] followed by `n` >= 1 new tokens each, [B, P + n], decoded with the cache; `made`:
-    `twins(graphdef, state, B, P + n - 1)` (every new token but the last is fed back), its cache as
-    arrays or their shapes."""
+    `cached_model(graphdef, state, B, P + n - 1)` (every new token but the last is fed back), its
+    cache as arrays or their shapes."""
     B, P = prompt.shape
     graph, empty, state = made
     empty = jax.tree.map(lambda a: jnp.zeros(a.shape, a.dtype), empty)     # made here, given to prefill

@@ -3,15 +3,16 @@
 `engine`: the compiled init / step / evaluation of one (model, training) configuration
 for one or N seeds, and the cache Engines can share them through; `objective`: the loss and
 the optimizer; `loop`: `fit`, which trains with progress, metrics, checkpoints and
-resume; `checkpoints`: orbax saves, fingerprinted and checksummed; `tasks`: what a run
+resume; `checkpoints`: orbax saves, recorded and checksummed; `tasks`: what a run
 trains on and how it is scored.
 """
 from attention_jax.config import TrainConfig
-from attention_jax.train.checkpoints import Checkpoints, fingerprint
+from attention_jax.train.checkpoints import Checkpoints, run_record
 from attention_jax.train.engine import Engine, ProgramCache, unstack_seed
 from attention_jax.train.objective import cross_entropy, lr_schedule, make_optimizer, token_loss
 from attention_jax.train.loop import RunResult, fit, mean_std, read_metrics
 from attention_jax.train.tasks import Task, text_task
 
 __all__ = ["TrainConfig", "Engine", "ProgramCache", "cross_entropy", "lr_schedule", "make_optimizer", "unstack_seed",
-           "Checkpoints", "fingerprint", "RunResult", "fit", "mean_std", "read_metrics", "Task", "text_task", "token_loss"]
+           "Checkpoints", "run_record", "RunResult", "fit", "mean_std", "read_metrics", "Task", "text_task",
+           "token_loss"]

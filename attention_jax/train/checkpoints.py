@@ -1,4 +1,4 @@
-"""orbax checkpoints of a run's state, fingerprinted and checksummed before they are trusted.
+"""orbax checkpoints of a run's state, recorded and checksummed before they are trusted.
 
 The whole training state (parameters, optimizer moments, step count, RNG streams) is one
 pytree, so one orbax `CheckpointManager` save is a complete resume point. Beside it:
@@ -32,9 +32,9 @@ from attention_jax.train.distributed import barrier, is_writer, to_host
 KEEP = 2   # the latest step and one to fall back to
 
 
-def fingerprint(model_config, train_config, seeds, task_identity=None, loss=None) -> dict:
+def run_record(model_config, train_config, seeds, task_identity=None, loss=None) -> dict:
     """What made a run: its checkpoints resume only under the same one. As JSON reads it back (a tuple
-    as a list), so a fingerprint compares equal to the one stored; `loss`: a loss of one's own, by its
+    as a list), so a record compares equal to the one stored; `loss`: a loss of one's own, by its
     digest (`attention_jax.fingerprint.digest`: its code and the values it reads)."""
     made = {"model": model_config.to_dict(), "train": dataclasses.asdict(train_config), "seeds": [int(s) for s in seeds],
             **({"task": dict(task_identity)} if task_identity else {}), **({"loss": loss} if loss else {})}
@@ -83,19 +83,20 @@ def _orbax_echo(unraisable) -> bool:
 
 
 class Checkpoints:
-    """orbax CheckpointManager plus a fingerprint and checksums, so a run resumes only its own, intact state."""
+    """orbax CheckpointManager plus the run's record and checksums: a run resumes only its own, intact
+    state."""
 
-    def __init__(self, workdir: pathlib.Path, every: int, fingerprint: dict, *, resume: bool):
+    def __init__(self, workdir: pathlib.Path, every: int, record: dict, *, resume: bool):
         self.dir = workdir.absolute() / "checkpoints"
         self.every = every
         meta, self.sums_file = workdir / "run.json", workdir / "checksums.json"
-        self.known = resume and meta.exists()     # a fingerprint vouches for what the folder holds
+        self.known = resume and meta.exists()     # a run record vouches for what the folder holds
         if resume and meta.exists() and self.dir.exists():
             stored = _read_json(meta)
             if stored is None:
                 note(f"{meta} is damaged: the checkpoint beside it cannot be vouched for; starting afresh")
                 resume = False
-            elif stored != fingerprint:
+            elif stored != record:
                 raise CheckpointError(f"the checkpoint in {self.dir} was made by another configuration; "
                                       "delete that folder, or train this one into another workdir")
         if is_writer():       # process 0 changes the files; the others wait for it below
@@ -103,12 +104,12 @@ class Checkpoints:
                 shutil.rmtree(self.dir)
                 self.sums_file.unlink(missing_ok=True)
             workdir.mkdir(parents=True, exist_ok=True)
-            meta.write_text(json.dumps(fingerprint, indent=1, sort_keys=True))
+            meta.write_text(json.dumps(record, indent=1, sort_keys=True))
         barrier(f"checkpoints {workdir}")
         # Each saved step names the run that made it and how far that run meant to go: a step
         # copied from another run, or past this run's end, is not resumed.
-        self.run = hashlib.sha256(json.dumps(fingerprint, sort_keys=True).encode()).hexdigest()[:16]
-        self.planned = fingerprint.get("train", {}).get("steps")
+        self.run = hashlib.sha256(json.dumps(record, sort_keys=True).encode()).hexdigest()[:16]
+        self.planned = record.get("train", {}).get("steps")
         sums = _read_json(self.sums_file)
         self.sums_damaged = self.sums_file.exists() and not isinstance(sums, dict)
         self.sums = {str(k): v for k, v in sums.items()} if isinstance(sums, dict) else {}

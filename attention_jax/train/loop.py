@@ -31,7 +31,7 @@ from tqdm.auto import tqdm
 from attention_jax.config import TrainConfig
 from attention_jax.errors import ConfigError, Preempted, TrainingDiverged, note
 from attention_jax.speed.backend import backend_of
-from attention_jax.train.checkpoints import KEEP, Checkpoints, fingerprint
+from attention_jax.train.checkpoints import KEEP, Checkpoints, run_record
 from attention_jax.train.objective import token_loss
 from attention_jax.train.distributed import is_writer, to_host
 from attention_jax.train.engine import Engine
@@ -42,7 +42,7 @@ ACCELERATOR_STEPS_PER_CALL = 16
 
 
 def loss_digest(loss) -> str | None:
-    """None for the default loss (what every fingerprint so far was made with), else its digest."""
+    """None for the default loss (what every run record so far was made with), else its digest."""
     from attention_jax.fingerprint import digest
     return None if loss is token_loss else digest(loss)
 
@@ -144,8 +144,8 @@ class _Run:
     def __init__(self, engine, task, seeds, workdir, resume):
         self.engine, self.task, self.seeds, self.tc = engine, task, seeds, engine.train_config
         self.ckpt = None if workdir is None else Checkpoints(
-            workdir, self.tc.checkpoint_every, fingerprint(engine.model_config, self.tc, seeds, task.identity,
-                                                                loss_digest(engine.loss)),
+            workdir, self.tc.checkpoint_every,
+            run_record(engine.model_config, self.tc, seeds, task.identity, loss_digest(engine.loss)),
             resume=resume)
         self.metrics_file = None if workdir is None else workdir / "metrics.jsonl"
         self.start, state = self.ckpt.restore(engine.abstract_state(seeds)) if self.ckpt else (0, None)

@@ -22,7 +22,8 @@ from attention_jax.data import get_batch
 class Task:
     sample: Callable[[int, int], dict]                 # (seed, step) -> {"x", "y"[, "weights"]}
     evaluate: Callable[[Any, Any], dict[str, np.ndarray]]   # (engine, state) -> {figure: per seed}
-    identity: dict = dataclasses.field(default_factory=dict)   # what it is (e.g. the corpus hash), for fingerprints
+    # What it is (e.g. the corpus hash), for the run's record (`checkpoints.run_record`).
+    identity: dict = dataclasses.field(default_factory=dict)
 
 
 def text_task(train_tokens: np.ndarray, val_tokens: np.ndarray, *, batch_size: int, context: int,

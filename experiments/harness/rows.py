@@ -264,7 +264,7 @@ class Table:
         damaged or gone is trained again, that row alone (not the whole table).
         """
         from attention_jax.errors import CheckpointError, TrainingDiverged
-        from attention_jax.train import Engine, fingerprint, fit
+        from attention_jax.train import Engine, fit, run_record
         from experiments.harness.cli import STOP
         from attention_jax.parameters import count_params
         tc, model_config, ctx = train_config or self.ctx.settings, self.ctx.model(model_config), self.ctx
@@ -287,7 +287,7 @@ class Table:
                       "training that row again")
                 fresh = True
         engine = Engine(model_config, tc, n_seeds=len(ctx.seeds), speed=ctx.speed, programs=programs())
-        made = fingerprint(model_config, tc, ctx.seeds, task.identity)
+        made = run_record(model_config, tc, ctx.seeds, task.identity)
         if not fresh and _stale(folder / "runs" / key, made):
             _note(f"row {name!r}: its unfinished checkpoint was written by another version of this code; "
                   "training that row from the start")
