@@ -50,3 +50,31 @@ def test_the_corrupted_text_changes_every_token_of_the_first_copy_and_nothing_el
         first[row, f:f + s] = True
     assert (x[first] != ev["x"][first]).all() and (x[~first] == ev["x"][~first]).all()
     assert x.min() >= 0 and x.max() < 11
+
+
+def test_a_claim_on_a_gap_too_small_or_too_noisy_to_measure_says_so_and_never_passes():
+    """At --steps 2 the in-context gain is a thousandth of a nat (or below zero): a share of it is noise scaled
+    up, so the ablation and circuit claims read "not measurable" and fail, and the window has no rise to time."""
+    good = dict(one_layer_max_prefix=0.02, induction_prefix=0.7, window_gap=1.0, rise_step=2000, fall_step=2100,
+                removed_by_induction=0.8, removed_by_previous=0.9, k_pair_is_circuit=1.0, k_over_baseline=0.1,
+                found_circuit=1.0, has_induction_heads=1.0, has_k_edge=1.0)
+    nan = float("nan")
+    unmeasured = dict(good, window_gap=nan, removed_by_induction=nan, removed_by_previous=nan, found_circuit=nan,
+                      has_induction_heads=nan, has_k_edge=nan)
+    claims = induction.claims({"all": unmeasured})
+    said = [c for c in claims if c["measured"].startswith(induction.NOT_MEASURABLE)]
+    assert len(said) == 6 and not any(c["passed"] for c in said)
+    flat = [{"step": s, "prefix": [np.full(8, 0.02)], "repeat_loss": [4.2]} for s in (1, 2)]
+    assert not induction.moved_enough(flat, 0, 2, 4, 3)
+    risen = [dict(flat[0]), {"step": 3, "prefix": [np.r_[np.zeros(7), 0.8]], "repeat_loss": [1.0]}]
+    assert induction.moved_enough(risen, 0, 2, 4, 3)
+
+
+def test_the_noise_of_a_gap_is_its_bootstrap_standard_error_over_sequences():
+    rng = np.random.default_rng(0)
+    n, T = 400, 6
+    high, low = rng.normal(1.0, 1.0, (n, T)), rng.normal(0.0, 1.0, (n, T))
+    where = np.ones((n, T), bool)
+    se = induction.spread(high, where, low, where)
+    assert se == pytest.approx(np.sqrt(2 / (n * T)), rel=0.15)       # two independent means of n·T unit normals
+    assert induction.spread(high, where, high, where) == 0.0            # a gap of a thing with itself: no noise
