@@ -216,9 +216,8 @@ class Decoder:
         # row's ends where its own prompt does, and its window slides from there (on the right).
         buf, starts = _padded(rows, P if cache else max(T, P + n), left=cache)
         if cache:
-            made = self._cached_model(len(rows), P + n - 1)
-            run = lambda: loops.cached_loop(made, jnp.asarray(buf), jnp.asarray(starts), key, temperature,
-                                            **options)
+            run = lambda: loops.cached_loop(self._cached_model(len(rows), P + n - 1), jnp.asarray(buf),
+                                            jnp.asarray(starts), key, temperature, **options)
         else:
             run = lambda: loops.windows(self.graphdef, self.state, jnp.asarray(buf), jnp.asarray(lengths), key,
                                          temperature, **options)
