@@ -73,13 +73,24 @@ class _Attention(nnx.Module):
     def __call__(self, x):
         return self.output(self._attend(*self.project(x)))
 
-    def _attend(self, q, k, v):                              # q, k, v: [B, H, T, D], positions 0 .. T-1
+    def _attend(self, q, k, v, *, positions=None, memory=None):
+        """q, k, v [B, H, T, D] -> each head's output z [B, H, T, D]: RoPE, the hooks, `attention`.
+
+        `positions` [..., T]: where the T new positions sit in their text, RoPE's angles (None:
+        0 .. T-1). `memory` (decoding's cache, `kv_cache.CachedAttention`): called with the new k
+        and v, it keeps them and gives back every key and value it holds [B, H, S, D], which of them
+        each query sees (bool [..., T, S]) and the queries' places among the S [T], from which
+        ALiBi measures distance. None: the T positions attend to each other alone, by `attention`'s
+        own mask. The forward passes neither; decoding passes both, and so runs this very code.
+        """
         cfg = self.config
         if cfg.positions == "rope":
-            q, k = F.apply_rope(q, base=cfg.rope_base), F.apply_rope(k, base=cfg.rope_base)
+            q = F.apply_rope(q, positions, base=cfg.rope_base)
+            k = F.apply_rope(k, positions, base=cfg.rope_base)
         q, k, v = self.hook_q(q), self.hook_k(k), self.hook_v(v)
-        bias = F.alibi_bias(q.shape[-3], k.shape[-2]) if cfg.positions == "alibi" else None
-        return self.hook_z(self.attention(q, k, v, bias=bias))
+        k, v, mask, at = (k, v, None, None) if memory is None else memory(k, v)
+        bias = F.alibi_bias(q.shape[-3], k.shape[-2], at) if cfg.positions == "alibi" else None
+        return self.hook_z(self.attention(q, k, v, bias=bias, mask=mask))
 
 
 class Head(_Attention):

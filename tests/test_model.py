@@ -310,3 +310,22 @@ def test_each_attention_says_its_biases_what_a_zero_stream_projects_to(mixer, qk
     for c, p in zip("qkv", projected):
         np.testing.assert_array_equal(np.asarray(attention.head_biases()[c]), np.asarray(p[0, :, 0]))
     assert bool(jnp.any(attention.head_biases()["v"] != 0)) == qkv_bias
+
+
+@pytest.mark.parametrize("positions", ["rope", "alibi", "learned"])
+def test_attend_takes_positions_and_a_memory_and_without_them_is_the_forward(positions):
+    """`_attend`'s two arguments, as decoding passes them: the default positions and a memory that
+    holds only the new keys under the causal mask are the forward's numbers; positions spread
+    apart move RoPE's output (and nothing else's); a memory that hides every earlier key leaves
+    each query its own value."""
+    cfg = ModelConfig(vocab_size=16, context=6, d_model=16, n_heads=2, positions=positions)
+    mixer = MultiHeadAttention(cfg, rngs=nnx.Rngs(0))
+    q, k, v = mixer.project(jax.random.normal(jax.random.key(1), (2, 6, 16)))
+    T, causal = 6, jnp.tril(jnp.ones((6, 6), bool))
+    plain = mixer._attend(q, k, v)
+    np.testing.assert_allclose(mixer._attend(q, k, v, positions=jnp.arange(T),
+                                             memory=lambda k, v: (k, v, causal, jnp.arange(T))), plain, atol=1e-6)
+    spread = mixer._attend(q, k, v, positions=3 * jnp.arange(T))
+    assert (float(jnp.abs(spread - plain).max()) > 1e-3) == (positions == "rope")
+    alone = mixer._attend(q, k, v, memory=lambda k, v: (k, v, jnp.eye(T, dtype=bool), jnp.arange(T)))
+    np.testing.assert_allclose(alone, v, atol=1e-6)

@@ -66,3 +66,24 @@ def test_a_speed_is_made_without_importing_jax():
     code = "import sys; from attention_jax.speed import Speed; Speed(form='chunked'); print('jax' in sys.modules)"
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     assert out.stdout.strip() == "False"
+
+
+def test_decoding_with_the_cache_is_said_to_run_the_reference_and_does():
+    """What `describe(decoding=True)` says is what the cached prefill compiles: no form's scope, where
+    the model's own forward, swapped alike, runs causal_halves."""
+    import jax
+    import jax.numpy as jnp
+    from flax import nnx
+    from attention_jax.decoding import loops
+    from attention_jax.decoding.generate import Decoder
+    from attention_jax.model import LanguageModel
+    assert Speed().describe(TINY, "cpu") == "causal_halves"
+    assert Speed().describe(TINY, "cpu", decoding=True).startswith("reference (a query reads the slots")
+    decoder = Decoder(LanguageModel(TINY, rngs=nnx.Rngs(0)), backend="cpu")
+    prompt, padding = jnp.zeros((1, 3), jnp.int32), jnp.zeros((1,), jnp.int32)
+    graph, empty, rest = loops.cached_model(decoder.graphdef, decoder.state, 1, 5)
+    cached = loops.prefill.lower(graph, rest, empty, prompt, padding).as_text(debug_info=True)
+    model = nnx.merge(decoder.graphdef, decoder.state)
+    forward = jax.jit(lambda tokens: model(tokens)).lower(prompt).as_text(debug_info=True)
+    forms = lambda text: {f for f in ("causal_halves", "chunked", "fused") if f"attention_{f}" in text}
+    assert forms(forward) == {"causal_halves"} and forms(cached) == set()

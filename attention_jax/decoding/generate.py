@@ -257,7 +257,9 @@ def generate(model, prompt, n: int, *, key=None, temperature: float = 1.0, top_k
     `cache`: keep each position's keys and values (O(T) work a token, within the context);
     False runs a whole window a token, and slides it past the context. `speed`: the faster forms
     to decode with (`attention_jax.speed`, and decoding's layout of the weights,
-    `decoding.layout`); None: the model as built. `weights`: the dtype the weight matrices are
+    `decoding.layout`); None: the model as built. With the cache, attention is the model's own
+    whatever the form (`Speed.describe(config, decoding=True)`): a query reads the slots its row
+    has written, a mask no form takes. `weights`: the dtype the weight matrices are
     read in while decoding ("bfloat16": half the bytes a token reads, each rounded once;
     activations and sums stay float32; "int8": a quarter, 255 levels a row of [out, in] with a
     float32 scale each; `decoding.layout` says how each is read); the caller's model is not changed.

@@ -6,10 +6,10 @@
     decoding.undo()                      # the model as built again
 
 `cached` swaps, by `attention_jax.swap`, each mixer for a twin that holds it and its cache:
-`CachedAttention` projects and outputs through the mixer's own `project` and `output`, and runs
-its hooks and its attention, but puts positions where the text is (RoPE rotated by them, ALiBi
-biased by them) and has each query read the slots written so far, keys and values kept;
-`CachedAverage` keeps the values the average reads. The learned or sinusoidal positions added
+`CachedAttention` runs the mixer's own `project`, `_attend` and `output`, and gives `_attend`
+the two things decoding changes: the positions where the text is (RoPE's angles) and the cache
+as its memory (the keys and values of every slot written, which of them each query reads, and
+the queries' slots, ALiBi's distances); `CachedAverage` keeps the values the average reads. The learned or sinusoidal positions added
 to the tokens are read at the same places (`CachedPositions`). A `Clock` shared by all says which
 slot the next position goes to and where each row's text begins: rows of unequal length are
 left-padded, row b's text at slot `padding[b]` onward, and no query reads a padding slot.
@@ -22,7 +22,6 @@ import jax.numpy as jnp
 import numpy as np
 from flax import nnx
 
-from attention_jax import functional as F
 from attention_jax.errors import ConfigError
 from attention_jax.layers import CausalMask, PositionTable, SinusoidalPositions
 from attention_jax.model import Head, MultiHeadAttention, UniformAverage
@@ -74,8 +73,8 @@ class KVCache(nnx.Module):
 
 
 class CachedAttention(nnx.Module):
-    """An attention mixer (`Head`, `MultiHeadAttention`) decoding: its own projections, hooks, attention
-    and output, at the clock's positions, over the keys and values of every slot written."""
+    """An attention mixer (`Head`, `MultiHeadAttention`) decoding: the mixer's own `project`, `_attend`
+    and `output`, given the clock's positions and this cache as its memory."""
 
     def __init__(self, mixer, clock: Clock):
         cfg = mixer.config
@@ -83,21 +82,22 @@ class CachedAttention(nnx.Module):
             raise ConfigError(f"decoding reads the past only; a {type(mixer.attention.mask).__name__} mask "
                               "cannot decode: decode outside the ablation")
         self.reference, self.clock = mixer, clock
-        self.cache = KVCache((clock.start.shape[0], cfg.heads_used, clock.length, cfg.d_head_used), jnp.dtype(cfg.dtype))
+        shape = (clock.start.shape[0], cfg.heads_used, clock.length, cfg.d_head_used)
+        self.cache = KVCache(shape, jnp.dtype(cfg.dtype))
 
     def __call__(self, x):
-        ref, clock, cfg = self.reference, self.clock, self.reference.config
+        ref = self.reference
         q, k, v = ref.project(x)                                     # [B, H, T, D]
-        T = q.shape[-2]
-        if cfg.positions == "rope":
-            at = clock.positions(T)[:, None, :]                      # [B, 1, T]
-            q, k = F.apply_rope(q, at, base=cfg.rope_base), F.apply_rope(k, at, base=cfg.rope_base)
-        q, k, v = ref.hook_q(q), ref.hook_k(k), ref.hook_v(v)
-        seen = clock.visible(T)[:, None]                             # [B, 1, T, length]: what is written
+        at = self.clock.positions(q.shape[-2])[:, None, :]           # [B, 1, T]
+        return ref.output(ref._attend(q, k, v, positions=at, memory=self.remember))
+
+    def remember(self, k, v):
+        """The memory `_attend` reads: the T new keys and values [B, H, T, D] written at the clock's
+        slots; (every key and value [B, H, length, D], which slots each new query sees [B, 1, T,
+        length], the new queries' slots [T]: ALiBi's distance is the same in slots as in positions)."""
+        clock, T = self.clock, k.shape[-2]
         v, k = self.cache.write(clock.index[...], v, k)
-        # ALiBi's bias is a distance, the same in slots as in positions.
-        bias = F.alibi_bias(q.shape[-3], clock.length, clock.slots(T)) if cfg.positions == "alibi" else None
-        return ref.output(ref.hook_z(ref.attention(q, k, v, bias=bias, mask=seen)))
+        return k, v, clock.visible(T)[:, None], clock.slots(T)
 
 
 class CachedAverage(nnx.Module):

@@ -50,17 +50,21 @@ class Speed:
                               "for dropout > 0")
         return chosen
 
-    def describe(self, config, backend=None) -> str:
-        """What computes a config's attention on `backend`, in words: "causal_halves", "fused (cuDNN)",
-        "fused (XLA)" off a CUDA GPU, and on one "fused (XLA's kernel; ...)" with the reason it is not
-        cuDNN's (the model's dtype or head size, the GPU's capability, or cuDNN refusing the call, asked
-        of JAX at the config's training shape); "none (...)" for a model without heads."""
+    def describe(self, config, backend=None, *, decoding: bool = False) -> str:
+        """What computes a config's attention on `backend`, in words: "causal_halves", "fused
+        (cuDNN)", "fused (XLA)" off a CUDA GPU, and on one "fused (XLA's kernel; ...)" with the
+        reason it is not cuDNN's (the model's dtype or head size, the GPU's capability, or cuDNN
+        refusing the call, asked of JAX at the config's training shape); "none (...)" for a model
+        without heads. `decoding`: what decoding with the key/value cache runs instead, whatever
+        the form: the reference (training and `generate(..., cache=False)` run the form)."""
         from attention_jax.speed import forms
         from attention_jax.speed.backend import backend_of
         b = backend_of(backend)
         chosen = self.form_for(config, b)
         if config.heads_used == 0:
             return f"none (mixer={config.mixer!r} has no attention)"
+        if decoding:      # `FastAttention` hands a call with a mask in to the attention as built
+            return "reference (a query reads the slots its row has written: a mask no form takes)"
         if chosen == "chunked":
             return f"chunked ({self.chunk} positions a chunk)"
         if chosen != "fused":
