@@ -163,6 +163,52 @@ def test_a_record_without_a_digest_is_trained_again_not_trusted(trained, tmp_pat
     assert len(json.loads(path.read_text())["digest"]) == 64                 # and written with its digest
 
 
+def _snapshot(folder: pathlib.Path) -> list:
+    """Every file and folder under `folder`, with its size and modification time."""
+    return sorted((str(p.relative_to(folder)), p.stat().st_size, p.stat().st_mtime_ns) for p in folder.rglob("*"))
+
+
+def _mismatch(folder: pathlib.Path, record: dict, how: str) -> dict:
+    """Make the row's checkpoint in `folder` disagree with its record in one way; the record to reopen with."""
+    run = folder / "runs" / record["key"]
+    if how == "another_run":            # the finished step's checksum names another run
+        sums = json.loads((run / "checksums.json").read_text())
+        sums[str(record["steps"])]["run"] = "0" * 16
+        (run / "checksums.json").write_text(json.dumps(sums))
+    elif how == "damaged_run_json":
+        (run / "run.json").write_text("{")
+    elif how == "flipped_bytes":
+        step = run / "checkpoints" / str(record["steps"])
+        big = max((f for f in step.rglob("*") if f.is_file()), key=lambda f: f.stat().st_size)
+        data = bytearray(big.read_bytes())
+        data[len(data) // 2: len(data) // 2 + 64] = bytes(b ^ 0xFF for b in data[len(data) // 2: len(data) // 2 + 64])
+        big.write_bytes(bytes(data))
+    elif how == "other_record":         # a record whose training config is not the checkpoint's
+        record = json.loads(json.dumps(record))
+        record["fingerprint"]["seeds"] = [7]
+    return record
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("how", ["another_run", "damaged_run_json", "flipped_bytes", "other_record"])
+def test_reopening_a_row_whose_checkpoint_does_not_match_its_record_moves_nothing(trained, tmp_path, how):
+    """A read (load_model, restore) refuses in one line naming the mismatch and the fix; the checkpoint
+    stays where it was, byte for byte (it had been moved to damaged/, or deleted with a damaged run.json)."""
+    import shutil
+    from attention_jax.errors import CheckpointError
+    out, record = trained
+    folder = tmp_path / "ladder"
+    shutil.copytree(out / "ladder", folder)
+    record = _mismatch(folder, record, how)
+    before = _snapshot(folder)
+    with pytest.raises(CheckpointError) as refused:
+        rows.load_model(record, folder)
+    said = str(refused.value)
+    assert "\n" not in said and f"row {ROW!r}" in said and "--fresh" in said, said
+    assert _snapshot(folder) == before
+    assert not (folder / "runs" / record["key"] / "damaged").exists()
+
+
 # Keys made by the code before ModelConfig's attention fields moved to the speed swap (4a4ef29):
 # a row finished then is still finished now.
 KEYS_BEFORE = [("layer_norm", {}, "cpu", [0], None, "layer_norm-f3d08d6f8dbd"),

@@ -14,11 +14,11 @@ interrupted row resumes from its last checkpoint, and changing anything about a 
 it anew. The key spells the model as rows were first spelled (`spelled`), so rows finished
 by earlier versions stay finished.
 
-A finished row keeps its checkpoint: `load_model(record)` reopens its trained model, and a
-measurement the cached record lacks (one added to the table later) is computed from that
-checkpoint and added to the record. A cached record is trusted only when it parses and its
-key, config and training config are the ones asked for; otherwise the row is trained again,
-saying why.
+A finished row keeps its checkpoint: `load_model(record)` reopens its trained model (a read that
+moves nothing: `reopen`), and a measurement the cached record lacks (one added to the table
+later) is computed from that checkpoint and added to the record. A cached record is trusted
+only when it parses and its key, config and training config are the ones asked for; otherwise
+the row is trained again, saying why.
 """
 from __future__ import annotations
 
@@ -35,13 +35,14 @@ import numpy as np
 from attention_jax.config import ModelConfig, TrainConfig
 from attention_jax.errors import DataError
 from attention_jax.speed import Speed
-from experiments.harness import cli, report
+from experiments.harness import cli, reopen, report
 from experiments.harness.experiment import Context, Result
 
 Measure = Callable[[Any, Any], dict]   # (engine, state) -> figures to keep with the row
 # ModelConfig fields added after rows were first cached, at the value every earlier row had:
 # left out of a row's key while they hold it, so those rows keep their keys.
-ADDED_LATER = {"gelu": "exact", "output_bias": True}
+ADDED_LATER = {"gelu": "exact", "output_bias": True, "causal": True, "activation": "gelu", "ff_width": None,
+               "output_size": None}
 # How attention was computed, once ModelConfig fields and now the speed swap's (Speed): written
 # into the key where it was, under the names it had.
 SPEED_FIELDS = {"attention": "form", "attention_chunk": "chunk", "matmul_dtype": "matmul_dtype", "dense": "dense"}
@@ -179,22 +180,10 @@ def _write(path: pathlib.Path, record: dict) -> None:
 
 
 def restore_state(record: dict, folder) -> tuple:
-    """(engine, state) of a finished row, from the checkpoint its training left in `folder`."""
-    from attention_jax.errors import CheckpointError
-    from attention_jax.train import Checkpoints
+    """(engine, state) of a finished row, from the checkpoint its training left in `folder`. A read: a
+    checkpoint that does not match the record is refused in one line, and nothing is moved (`reopen`)."""
     engine = _engine(record)
-    workdir = pathlib.Path(folder) / "runs" / record["key"]
-    if not (workdir / "checkpoints").is_dir():
-        raise CheckpointError(f"row {record['name']!r} has no checkpoint in {workdir}; rerun its table with "
-                              "--fresh to train it again")
-    ckpt = Checkpoints(workdir, engine.train_config.checkpoint_every, record["fingerprint"], resume=True)
-    try:
-        step, state = ckpt.restore(engine.abstract_state(record["seeds"]))
-    finally:
-        ckpt.close()
-    if step != record["steps"]:
-        raise CheckpointError(f"row {record['name']!r}: the checkpoint in {workdir} holds step {step}, not the "
-                              f"finished step {record['steps']}; rerun its table with --fresh")
+    state = reopen.restore(record, pathlib.Path(folder) / "runs" / record["key"], engine.abstract_state(record["seeds"]))
     return engine, engine.replicate(state)
 
 
