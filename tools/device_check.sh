@@ -91,6 +91,12 @@ choose_flax() {
 
 PRESET="${PRESET:-paper}"
 OUT="${OUT:-$(mktemp -d)}"
+# Every step below writes under $OUT (tee, cp): made now, or refused before a minute is spent; a
+# folder that is not there made tee and cp fail quietly, and the run still said where its results were.
+if ! mkdir -p "$OUT" 2>/dev/null || [ ! -w "$OUT" ]; then
+  echo "error: cannot write the results folder OUT=$OUT; set OUT to a folder you can write (made if missing)" >&2
+  exit 2
+fi
 RESULTS="$(mktemp -d)"
 choose_flax 2>&1 | tee "$OUT/versions.log"
 [ "${PIPESTATUS[0]}" = 0 ] || exit 2
@@ -125,5 +131,11 @@ throughput_status=${PIPESTATUS[0]}
 echo "throughput --preset $PRESET: exit $throughput_status, $(( $(date +%s) - start )) s wall" | tee -a "$OUT/throughput.log"
 cp "$RESULTS/throughput/table.md" "$OUT/throughput_table.md" 2>/dev/null
 
-echo "results in $OUT"
-[ "$parity_status" = 0 ] && [ "$ladder_status" = 0 ] && [ "$throughput_status" = 0 ]
+# Say what is there, never more: a step that failed left its file out, and the status says so too.
+missing=""
+for f in versions.log fused_parity.log ladder.log ladder_table.md ladder_results.json throughput.log throughput_table.md; do
+  [ -s "$OUT/$f" ] || missing="$missing $f"
+done
+echo "results in $OUT: $(cd "$OUT" && ls | tr '\n' ' ')"
+[ -z "$missing" ] || echo "not written:$missing (the logs above say why)" >&2
+[ -z "$missing" ] && [ "$parity_status" = 0 ] && [ "$ladder_status" = 0 ] && [ "$throughput_status" = 0 ]
