@@ -20,6 +20,7 @@ NORMS = ("pre", "post")
 INITS = ("torch", "gpt2")
 DTYPES = ("float32", "bfloat16")       # compute dtype; parameters and optimizer state stay float32
 GELUS = ("exact", "tanh")
+ACTIVATIONS = ("gelu", "relu")         # the feed-forward's nonlinearity; GELU's form is `gelu`
 
 
 def _whole_numbers(config, names) -> None:
@@ -87,6 +88,11 @@ class ModelConfig:
     rope_base: float = 10000.0
     gelu: str = "exact"                # the feed-forward's GELU: "exact" (erf, the book's) or "tanh" (GPT-2's)
     output_bias: bool = True           # an untied output layer's bias (with `bias`); GPT-2's has none
+    # Where compiled models (tracr's: attention_jax.compiled) differ; the defaults: all others.
+    causal: bool = True                # attend to the past and oneself; False: to every position
+    activation: str = "gelu"           # the feed-forward's nonlinearity: "gelu" or "relu"
+    ff_width: int | None = None        # the feed-forward's inner width (default ff_mult · d_model)
+    output_size: int | None = None     # the logits' width (default vocab_size): its own alphabet
 
     def __post_init__(self):
         def need(ok, msg):
@@ -94,11 +100,11 @@ class ModelConfig:
                 raise ConfigError(f"invalid ModelConfig: {msg}")
 
         _whole_numbers(self, ("vocab_size", "context", "max_positions", "d_model", "n_layers", "n_heads", "d_head",
-                              "ff_mult"))
+                              "ff_mult", "ff_width", "output_size"))
         # A switch must be a bool: the string "false" from a config file is truthy and would
         # leave LayerNorm on while saying it is off.
         for name in ("residual", "feed_forward", "layer_norm", "scale", "tie_embeddings", "bias", "qkv_bias",
-                     "output_bias"):
+                     "output_bias", "causal"):
             need(isinstance(getattr(self, name), bool), f"{name}={getattr(self, name)!r} must be True or False")
         need(self.mixer in MIXERS, f"mixer={self.mixer!r}; choose one of {', '.join(MIXERS)}")
         need(self.positions in POSITIONS, f"positions={self.positions!r}; choose one of {', '.join(POSITIONS)}")
@@ -135,6 +141,28 @@ class ModelConfig:
         need(self.gelu in GELUS, f"gelu={self.gelu!r}; choose 'exact' or 'tanh' (GPT-2's approximation)")
         need(not (self.mixer == "head" and self.d_head not in (None, self.d_model)),
              "mixer='head' has no output projection, so d_head must equal d_model")
+        self._check_compiled_fields(need)
+
+    def _check_compiled_fields(self, need) -> None:
+        """causal, activation, ff_width and output_size: each a value the modules can build."""
+        need(self.causal or self.mixer in ("head", "heads"),
+             f"causal=False lifts attention's mask, and mixer={self.mixer!r} has none (the "
+             "average is causal as defined); use mixer 'head' or 'heads'")
+        need(self.activation in ACTIVATIONS,
+             f"activation={self.activation!r}; choose one of {', '.join(ACTIVATIONS)}")
+        need(self.activation == "gelu" or self.gelu == "exact",
+             f"gelu={self.gelu!r} picks GELU's form, but activation={self.activation!r}; "
+             "leave gelu at 'exact'")
+        for name in ("ff_width", "output_size"):
+            value = getattr(self, name)
+            need(value is None or _whole(value),
+                 f"{name}={value!r} must be a positive integer up to 2**31 - 1 (or None)")
+        width = self.ff_width
+        need(width is None or self.ff_mult == 4 or width == self.ff_mult * self.d_model,
+             f"ff_width={width} and ff_mult={self.ff_mult} name two widths; set one of them")
+        need(not self.tie_embeddings or self.output_size in (None, self.vocab_size),
+             f"output_size={self.output_size} differs from vocab_size={self.vocab_size}, and a "
+             "tied output layer is the token table; set tie_embeddings=False")
 
     # What the model built from this config uses, where a field asks for something (or None: derive
     # it): `n_heads` -> `heads_used`, `d_head` -> `d_head_used`, `max_positions` -> `max_positions_used`.
@@ -153,8 +181,13 @@ class ModelConfig:
 
     @property
     def d_ff(self) -> int:
-        """The feed-forward's inner width: ff_mult · d_model."""
-        return self.ff_mult * self.d_model
+        """The feed-forward's inner width: ff_width, else ff_mult · d_model."""
+        return self.ff_width or self.ff_mult * self.d_model
+
+    @property
+    def output_size_used(self) -> int:
+        """The logits' width: output_size, else vocab_size."""
+        return self.output_size or self.vocab_size
 
     @property
     def post_norm(self) -> bool:

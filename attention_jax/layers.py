@@ -127,7 +127,8 @@ class CausalMask(nnx.Module):
 
 
 class Bidirectional(CausalMask):
-    """No mask: every position sees every other, the future included."""
+    """No mask: every position sees every other, the future included (an ablation swapped in, or
+    what a model built with `causal=False` has: tracr's compiled models)."""
     causal = False
 
     def __call__(self, T: int):

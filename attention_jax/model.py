@@ -15,10 +15,13 @@ Inspection never edits this code and adds nothing to a training step: each named
 intermediate passes through a `Hook`, an identity module, which `attention_jax.analysis.inspect`
 swaps for one that records or patches the value (TransformerLens' hook points, done the
 penzai way: select a part, replace it, put it back). The causal mask is a part too
-(`CausalMask`), so "what if attention could see the future" is a swap, not a flag.
+(`CausalMask`), so "what if attention could see the future" is a swap, not a flag; a model
+that never had the mask (tracr's compiled ones, `ModelConfig.causal=False`) is built with
+`Bidirectional` in its place.
 """
 from __future__ import annotations
 
+import jax
 import jax.numpy as jnp
 from flax import nnx
 
@@ -48,7 +51,7 @@ class DotProductAttention(nnx.Module):
     def __init__(self, config: ModelConfig, *, rngs: nnx.Rngs):
         self.scale = config.scale
         self.dropout = dropout(config, rngs)
-        self.mask = CausalMask()
+        self.mask = CausalMask() if config.causal else Bidirectional()   # tracr's: no mask
         self.hook_scores, self.hook_weights = Hook(), Hook()
 
     def __call__(self, q, k, v, *, bias=None, mask=None):   # q [B, H, T, D], k and v [B, H, S, D]
@@ -151,15 +154,18 @@ class MultiHeadAttention(_Attention):
 
 
 class FeedForward(nnx.Module):
-    """Computation within a position: widen 4×, GELU (exact, or GPT-2's tanh form), narrow back."""
+    """Computation within a position: widen (4× by default), GELU (exact, or GPT-2's tanh form) or
+    ReLU (tracr's), narrow back."""
 
     def __init__(self, config: ModelConfig, *, rngs: nnx.Rngs):
         self.up = projection(config, rngs, config.d_model, config.d_ff, bias=config.bias)
         self.down = projection(config, rngs, config.d_ff, config.d_model, bias=config.bias)
         self.approximate = config.gelu == "tanh"
+        self.relu = config.activation == "relu"
 
     def __call__(self, x):
-        return self.down(F.gelu(self.up(x), self.approximate))
+        h = self.up(x)
+        return self.down(jax.nn.relu(h) if self.relu else F.gelu(h, self.approximate))
 
 
 _MIXERS = {"none": None, "average": lambda c, rngs: UniformAverage(),
@@ -228,8 +234,9 @@ class LanguageModel(nnx.Module):
         # Pre-norm leaves the residual stream unnormalised, so it gets one LayerNorm at the end.
         self.ln_f = (LayerNorm(d, bias=config.bias, eps=config.ln_eps)
                      if config.layer_norm and config.norm == "pre" else None)
+        out = config.output_size_used
         self.lm_head = None if config.tie_embeddings else \
-            projection(config, rngs, d, config.vocab_size, bias=config.bias and config.output_bias)
+            projection(config, rngs, d, out, bias=config.bias and config.output_bias)
         self.hook_embed, self.hook_positions, self.hook_final = Hook(), Hook(), Hook()
         self.hook_ln_final, self.hook_logits = Hook(), Hook()
 

@@ -109,7 +109,8 @@ def _dtype(hf: dict) -> str:
 def config_to_hf(config: ModelConfig) -> dict:
     """Our ModelConfig as a GPT-2 `config.json`, for a model GPT-2's architecture can hold."""
     gpt2 = dict(mixer="heads", positions="learned", residual=True, feed_forward=True, layer_norm=True, norm="pre",
-                scale=True, bias=True, qkv_bias=True)
+                scale=True, bias=True, qkv_bias=True, causal=True, activation="gelu",
+                output_size_used=config.vocab_size)
     differ = [k for k, v in gpt2.items() if getattr(config, k) != v]
     if differ or config.d_head_used * config.n_heads != config.d_model:
         raise ConfigError(f"GPT-2's architecture cannot hold this model ({', '.join(differ) or 'd_head'} differ); "

@@ -52,6 +52,19 @@ INVALID = [
     (dict(rope_base=float("nan")), "rope_base"),
     (dict(rope_base=float("inf")), "rope_base"),
     (dict(rope_base=True), "rope_base"),
+    # the fields tracr's compiled models need (attention_jax.compiled)
+    (dict(causal="false"), "causal"),
+    (dict(causal=False, mixer="average"), "causal"),
+    (dict(causal=False, mixer="none"), "mixer"),
+    (dict(activation="swish"), "activation"),
+    (dict(activation="relu", gelu="tanh"), "gelu"),
+    (dict(ff_width=0), "ff_width"),
+    (dict(ff_width=64.5), "ff_width"),
+    (dict(ff_width=True), "ff_width"),
+    (dict(d_model=32, ff_width=100, ff_mult=2), "ff_width"),
+    (dict(output_size=0), "output_size"),
+    (dict(output_size="7"), "output_size"),
+    (dict(vocab_size=50, output_size=7, tie_embeddings=True), "tie_embeddings"),
 ]
 
 
@@ -111,6 +124,24 @@ def test_derived_sizes():
     assert (head.heads_used, head.d_head_used) == (1, 64)
     assert ModelConfig(mixer="average").heads_used == 0
     assert ModelConfig(context=32, max_positions=100).max_positions_used == 100
+
+
+def test_the_compiled_models_fields_default_to_every_other_model_and_size_what_they_name():
+    """causal, activation, ff_width and output_size: at their defaults the model of before (the
+    step HLO is unchanged: tools/step_hlo.py); set, the feed-forward's width and the logits'."""
+    base = ModelConfig(d_model=64, vocab_size=50)
+    assert (base.causal, base.activation) == (True, "gelu")
+    assert base.ff_width is None and base.output_size is None
+    assert (base.d_ff, base.output_size_used) == (256, 50)
+    tracr = ModelConfig(d_model=64, vocab_size=50, causal=False, activation="relu", ff_width=30,
+                        output_size=7)
+    assert (tracr.d_ff, tracr.output_size_used) == (30, 7)
+    assert ModelConfig(d_model=32, ff_mult=2, ff_width=64).d_ff == 64        # both set, agreeing
+    assert ModelConfig(vocab_size=50, output_size=50, tie_embeddings=True).output_size_used == 50
+    for kwargs in (dict(causal=False, mixer="average"), dict(d_model=32, ff_width=100, ff_mult=2)):
+        with pytest.raises(ConfigError) as err:
+            ModelConfig(**kwargs)
+        assert "\n" not in str(err.value)
 
 
 def test_config_is_frozen_and_round_trips_through_a_dict():
@@ -277,7 +308,9 @@ def test_numbers_float32_or_int32_cannot_hold_are_refused_like_zero():
 def test_to_dict_is_every_field_and_makes_the_config_again():
     """How a run's settings are written (checkpoints' fingerprints, results): every field, as it is."""
     changed = ModelConfig(gelu="tanh", output_bias=False)
+    compiled = ModelConfig(causal=False, activation="relu", ff_width=96, output_size=9)   # tracr's
     assert set(changed.to_dict()) == set(ModelConfig.__dataclass_fields__)
     assert ModelConfig(**changed.to_dict()) == changed and ModelConfig(**ModelConfig().to_dict()) == ModelConfig()
+    assert ModelConfig(**compiled.to_dict()) == compiled
     for gone in ("attention", "attention_chunk", "matmul_dtype"):     # how it is computed: attention_jax.speed
         assert gone not in changed.to_dict()

@@ -12,7 +12,8 @@ from flax import nnx
 from attention_jax import functional as F
 from attention_jax.config import MIXERS, POSITIONS, ModelConfig
 from attention_jax.analysis.inspect import Record, replaced
-from attention_jax.model import Block, Head, LanguageModel, MultiHeadAttention, UniformAverage
+from attention_jax.model import (Bidirectional, Block, CausalMask, FeedForward, Head, LanguageModel,
+                                 MultiHeadAttention, UniformAverage)
 
 from helpers import forward
 
@@ -329,3 +330,49 @@ def test_attend_takes_positions_and_a_memory_and_without_them_is_the_forward(pos
     assert (float(jnp.abs(spread - plain).max()) > 1e-3) == (positions == "rope")
     alone = mixer._attend(q, k, v, memory=lambda k, v: (k, v, jnp.eye(T, dtype=bool), jnp.arange(T)))
     np.testing.assert_allclose(alone, v, atol=1e-6)
+
+
+# --- what tracr's compiled models need (attention_jax.compiled), against numbers made here ------
+
+def test_without_the_causal_mask_each_head_is_the_unmasked_softmax_and_sees_the_future():
+    """causal=False (tracr's attention): the mask part is `Bidirectional`, the heads' output is
+    softmax(q·kᵀ/√d)·v over every position then W_o, in NumPy; an earlier output moves with a later
+    token."""
+    mha = randomize(MultiHeadAttention(config(causal=False, qkv_bias=True), rngs=nnx.Rngs(0)))
+    assert isinstance(mha.attention.mask, Bidirectional) and isinstance(
+        MultiHeadAttention(TINY, rngs=nnx.Rngs(0)).attention.mask, CausalMask)
+    x = np.asarray(hidden(), np.float64)
+    qkv = x @ np.asarray(mha.qkv.kernel[...]) + np.asarray(mha.qkv.bias[...])
+    q, k, v = np.moveaxis(qkv.reshape(B, T, 3, 4, 8), (2, 3), (0, 2))      # each [B, H, T, D_head]
+    scores = q @ np.swapaxes(k, -1, -2) / np.sqrt(8)
+    weights = np.exp(scores - scores.max(-1, keepdims=True))
+    z = (weights / weights.sum(-1, keepdims=True)) @ v
+    out = (np.asarray(mha.out.kernel[...]), np.asarray(mha.out.bias[...]))
+    want = np.swapaxes(z, 1, 2).reshape(B, T, 32) @ out[0] + out[1]
+    np.testing.assert_allclose(np.asarray(mha(hidden())), want, atol=1e-5)
+    model = LanguageModel(config(causal=False), rngs=nnx.Rngs(0))
+    idx = tokens(shape=(1, T))
+    later = idx.at[0, -1].set((idx[0, -1] + 1) % 50)
+    assert float(jnp.abs(model(later)[0, 0] - model(idx)[0, 0]).max()) > 1e-4
+
+
+def test_relu_feed_forward_of_its_own_width_is_relu_between_its_two_products():
+    ffn = randomize(FeedForward(config(activation="relu", ff_width=24), rngs=nnx.Rngs(0)))
+    assert ffn.up.kernel.shape == (32, 24) and ffn.down.kernel.shape == (24, 32)
+    x = np.asarray(hidden(), np.float64)
+    (w1, b1), (w2, b2) = ((np.asarray(p.kernel[...]), np.asarray(p.bias[...]))
+                          for p in (ffn.up, ffn.down))
+    want = np.maximum(x @ w1 + b1, 0) @ w2 + b2
+    np.testing.assert_allclose(np.asarray(ffn(hidden())), want, atol=1e-5)
+
+
+def test_an_output_size_of_its_own_is_the_output_layer_s_width():
+    model = randomize(LanguageModel(config(output_size=7), rngs=nnx.Rngs(0)))
+    assert model.lm_head.kernel.shape == (32, 7) and model.token_embed.embedding.shape == (50, 32)
+    idx = tokens()
+    x = model.embed(idx)
+    for block in model.blocks:
+        x = block(x)
+    head = model.lm_head
+    want = np.asarray(model.ln_f(x)) @ np.asarray(head.kernel[...]) + np.asarray(head.bias[...])
+    np.testing.assert_allclose(np.asarray(model(idx)), want, atol=1e-5)

@@ -259,3 +259,15 @@ def test_a_context_shorter_than_the_position_table_comes_back(tmp_path):
     with pytest.raises(ConfigError, match="cannot save the model into .*file") as info:
         pretrained.save(model, tmp_path / "file" / "inside")
     assert "\n" not in str(info.value)
+
+
+@pytest.mark.parametrize("change, field", [
+    (dict(activation="relu", gelu="exact"), "activation"), (dict(causal=False), "causal"),
+    (dict(output_size=5, tie_embeddings=False), "output_size_used")])
+def test_a_model_gpt2_cannot_compute_is_not_saved_as_gpt2(change, field):
+    """A ReLU, unmasked or other-width-output model (tracr's, attention_jax.compiled) written as
+    GPT-2 would load computing something else."""
+    import dataclasses
+    with pytest.raises(ConfigError, match=f"cannot hold this model \\({field} differ") as info:
+        pretrained.config_to_hf(dataclasses.replace(SMALL, **change))
+    assert "\n" not in str(info.value)
