@@ -205,7 +205,8 @@ def logprob(logits, y):
 def found(model, ev: dict, L: int, H: int, final: dict) -> dict:
     """One seed's two-layer model: the circuit exact edge patching finds (every edge patched alone, from the
     corrupted text) and what is in it; EAP's ranking of the same edges beside it."""
-    from attention_jax.analysis.discovery import edge_attribution, edge_patch
+    from attention_jax.analysis.attribution import edge_attribution
+    from attention_jax.analysis.discovery import edge_patch
     from attention_jax.analysis.faithfulness import smallest_circuit
     from attention_jax.analysis.edges import receiver_node
     clean, other = ev["x"], corrupted(ev, model.config.vocab_size)

@@ -105,3 +105,84 @@ def edge_patch_loop(bridge, clean, corrupted, edges, metric):
                 hooks.append((point, add))
             values.append(float(metric(bridge.run_with_hooks(clean, fwd_hooks=hooks))))
     return values
+
+
+def eap_ig_loop(bridge, clean, corrupted, edges, metric, *, steps: int, over: str = "inputs"):
+    """EAP-IG as Hanna et al.'s code computes it, on TransformerLens' hooks with torch's autograd: for each
+    edge (our sender and receiver names), (the sender's corrupted output - its clean one) times the metric's
+    gradient at the receiver's input, averaged over the runs of the clean text whose input (`over="inputs"`,
+    k/steps for k = 0 .. steps - 1) or each node's output in turn (`"activations"`: the input, every
+    attention's and MLP's output; k = 1 .. steps) is moved from corrupted to clean. `bridge` from
+    `split_inputs`; one value an edge."""
+    import torch
+    pick = lambda x, head: x if head is None else x[:, :, head]
+    n = bridge.cfg.n_layers
+    moved = ["blocks.0.hook_resid_pre"] + ([] if over == "inputs" else
+                                           [f"blocks.{i}.{p}" for i in range(n) for p in ("hook_attn_out", "hook_mlp_out")])
+    wanted = {_sender(s)[0] for s, _ in edges} | set(moved)
+
+    def run(tokens):
+        kept = {}
+        with torch.no_grad():
+            bridge.run_with_hooks(tokens, fwd_hooks=[(name, (lambda name: lambda t, hook: kept.__setitem__(
+                name, t.clone()))(name)) for name in wanted])
+        return kept
+    mine, theirs = run(clean), run(corrupted)
+    bridge.requires_grad_(True)              # every activation on the graph, so each receiver's input keeps its grad
+    points = {_receiver(r, n)[0] for _, r in edges}
+    grads, runs = {p: 0.0 for p in points}, 0
+    for node in moved:
+        for k in (range(steps) if over == "inputs" else range(1, steps + 1)):
+            alpha, seen = k / steps, {}
+
+            def keep(point):                     # by the name asked for: a hook's own may be an alias's
+                def hook_fn(t, hook):
+                    t = t.clone()                    # the bridge's MLP input is the stream itself: this copy is its
+                    t.retain_grad()                  # input alone, as its additive patch is (edge_patch_loop)
+                    seen[point] = t
+                    return t
+                return hook_fn
+            move = lambda t, hook, node=node, alpha=alpha: (alpha * mine[node] + (1 - alpha) * theirs[node]).requires_grad_()
+            hooks = [(node, move)] + [(p, keep(p)) for p in points]
+            metric(bridge.run_with_hooks(clean, fwd_hooks=hooks)).backward()
+            # A receiver whose every path runs through the moved node has no gradient: zero, as the node is fixed.
+            grads = {p: grads[p] + (0.0 if seen[p].grad is None else seen[p].grad.detach()) for p in points}
+            runs += 1
+    scores = []
+    for s, r in edges:
+        (out, head), (point, at) = _sender(s), _receiver(r, n)
+        scores.append(float((pick(theirs[out], head) - pick(mine[out], head)).mul(pick(grads[point], at)).sum() / runs))
+    return scores
+
+
+def edge_patch_batched(bridge, clean, corrupted, edges, metric, *, copies: int = 64):
+    """Every edge of `edges` (pairs of our sender and receiver names) patched alone, as a practised user batches
+    it: `copies` patched copies of the clean batch in one forward, each adding its one edge's corrupted-minus-
+    clean sender output (the same in every copy's run, as nothing before it is patched) to its receiver's input,
+    one tensor added a hook point; metric(logits) for each copy. `bridge` from `split_inputs`; clean,
+    corrupted: torch token ids [B, T]."""
+    import torch
+    pick = lambda x, head: x if head is None else x[:, :, head]
+    n, B = bridge.cfg.n_layers, clean.shape[0]
+    outs = {_sender(s)[0] for s, _ in edges}
+    with torch.no_grad():
+        kept = [{}, {}]
+        for store, tokens in zip(kept, (clean, corrupted)):
+            bridge.run_with_hooks(tokens, fwd_hooks=[(o, (lambda o, store: lambda t, hook: store.__setitem__(
+                o, t.clone()))(o, store)) for o in outs])
+        delta = {s: pick(kept[1][_sender(s)[0]], _sender(s)[1]) - pick(kept[0][_sender(s)[0]], _sender(s)[1])
+                 for s, _ in edges}
+        shapes = {}                          # each receiver point's activation shape, from one clean run
+        bridge.run_with_hooks(clean, fwd_hooks=[(_receiver(r, n)[0], (lambda p: lambda t, hook: shapes.__setitem__(
+            p, t.shape[1:]))(_receiver(r, n)[0])) for _, r in edges])
+        values = []
+        for start in range(0, len(edges), copies):
+            chunk, added = edges[start:start + copies], {}
+            for j, (s, r) in enumerate(chunk):
+                point, at = _receiver(r, n)
+                d = added.setdefault(point, torch.zeros((len(chunk) * B, *shapes[point])))
+                (d[j * B:(j + 1) * B] if at is None else d[j * B:(j + 1) * B, :, at]).add_(delta[s])
+            hooks = [(p, (lambda d: lambda t, hook: t + d)(d)) for p, d in added.items()]
+            logits = bridge.run_with_hooks(clean.repeat(len(chunk), 1), fwd_hooks=hooks)
+            values += [float(metric(logits[j * B:(j + 1) * B])) for j in range(len(chunk))]
+    return values

@@ -1,6 +1,7 @@
-"""experiments.patching on its smoke preset: the three sweeps timed on both libraries, equal to float32
-rounding, with the speed claim per sweep (the smoke preset decides none of them); edge attribution
-scored against exact edge patching, and the faithfulness curve of each score's circuits."""
+"""experiments.patching on its smoke preset: the three sweeps timed on both libraries (the edges on both of
+TransformerLens' loops), equal to float32 rounding, with the speed claim per sweep (the smoke preset decides
+none of them); each estimate from gradients scored against exact edge patching, and no faithfulness curve on
+a random model's noise gap."""
 import json
 
 import pytest
@@ -20,13 +21,10 @@ def test_the_smoke_run_times_every_sweep_finds_them_equal_and_scores_the_estimat
     assert [c["claim"].split(" on ")[0] for c in results["claims"]][1:] == \
         ["resid_pre by position", "z by head", patching.EDGES]
     assert all(not c.get("decided", True) for c in results["claims"])
+    assert speed[-1]["batched_ms"] > 0 and speed[-1]["batched_ratio"] > 0 and speed[0]["batched_ms"] == ""
     estimates = [r for r in results["rows"] if r["kind"] == "estimate"]
-    assert [r["method"] for r in estimates] == ["EAP", "EAP-IG, 4 steps"]
+    assert [r["method"] for r in estimates] == ["EAP", "EAP-IG-inputs, 4 steps", "EAP-IG-activations, 4 steps",
+                                                "mask-gradient IG, 4 steps"]
     assert all(0.5 < r["spearman"] <= 1 and r["misses"].count("->") == 3 for r in estimates)
-    curves = [r for r in results["rows"] if r["kind"] == "faithfulness"]
-    assert {r["method"] for r in curves} == {"exact", "EAP", "EAP-IG, 4 steps"}
-    exact = {r["k"]: r["faithfulness"] for r in curves if r["method"] == "exact"}
-    assert exact[1] == pytest.approx(0.0, abs=1e-5) and abs(exact[200] - 1) < 0.1   # one edge: no path yet
-    assert (tmp_path / "patching" / "faithfulness.png").stat().st_size > 10_000
-    (greedy,) = [r for r in results["rows"] if r["kind"] == "acdc"]
-    assert 0 < greedy["edges"] < 262 and {"exact_faithfulness", "EAP_overlap"} <= set(greedy)
+    assert not [r for r in results["rows"] if r["kind"] in ("faithfulness", "acdc")]   # no curve on a noise gap
+    assert (tmp_path / "patching" / "estimates.png").stat().st_size > 10_000

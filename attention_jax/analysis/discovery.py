@@ -1,19 +1,17 @@
-"""Which paths carry it: every edge of the graph scored, exactly or by gradients.
+"""Which paths carry it: every edge of the graph patched, alone or in sets, exactly.
 
     metric = patching.normalized_logit_diff(model, clean, corrupted, answer, wrong)   # clean 1, corrupted 0
     exact = edge_patch(model, clean, corrupted, metric)       # the metric with each edge patched
-    eap = edge_attribution(model, clean, corrupted, metric)   # estimated: one forward, one backward
-    exact.top(20), exact.agreement(eap)                       # the largest; (Pearson, Spearman)
+    exact.top(20), exact.agreement(other)                     # the largest; (Pearson, Spearman)
+    patch_paths(model, clean, corrupted, metric, ["0.h1->logits"], exact.top(5))   # sets at once
 
 Direction: the clean text runs, and a patched edge carries its sender's output from the corrupted
 run (ACDC's and edge attribution patching's: what breaks the behaviour; `patching`'s sweeps say
-theirs with `into`). Every result is `effect`: the change of the metric that patching the edge
-makes (exact), or its estimate (`edge_attribution`: the metric's gradient with respect to the
-edge's share of the corrupted output at none patched, EAP, Syed et al. 2023; or averaged along the
-straight line from none patched to every edge patched, `steps`). Each is one compiled program
-over the edge graph (`analysis.edges`), the edges vmapped side by side in memory-bounded batches;
-the model runs as it is, live hook patches included. What the scores name, and how much of the
-behaviour it carries: `analysis.pruning` and `analysis.faithfulness`.
+theirs with `into`). `effect` is the change of the metric that patching the edge makes. Each
+function is one compiled program over the edge graph (`analysis.edges`), the edges vmapped side by
+side in memory-bounded batches; the model runs as it is, live hook patches included. The
+estimates from gradients are in `analysis.attribution`; what the scores name, and how much of
+the behaviour it carries, in `analysis.pruning` and `analysis.faithfulness`.
 """
 from __future__ import annotations
 
@@ -28,7 +26,7 @@ from flax import nnx
 from attention_jax.analysis import edges as E
 from attention_jax.analysis.checks import finite, whole
 from attention_jax.analysis.inspect import deterministic
-from attention_jax.analysis.patching import check_metric, map_batches, side_by_side, token_pair
+from attention_jax.analysis.patching import check_metric, hook_values, map_batches, side_by_side, token_pair
 from attention_jax.errors import ConfigError, NotMeasurable
 
 
@@ -70,13 +68,14 @@ def _ranks(a: np.ndarray) -> np.ndarray:
 @dataclasses.dataclass(frozen=True)
 class Setup:
     """A model, a pair of texts and a metric made ready for edge programs: the graph, the model as graphdef
-    and state (compiled programs take them), the clean tokens, every sender's output on the corrupted
-    text (`others`), and how many patched forwards fit side by side."""
+    and state (compiled programs take them), the clean and corrupted tokens, every sender's output on
+    the corrupted text (`others`), and how many patched forwards fit side by side."""
     graph: E.Graph
     metric: object
     graphdef: object
     state: object
     tokens: jax.Array
+    corrupted: jax.Array
     others: jax.Array
     side: int
 
@@ -97,12 +96,20 @@ def prepare(model, clean, corrupted, metric) -> Setup:
     others = _recorded(graphdef, state, jnp.asarray(corrupted)).senders
     # Each patched forward holds every head's own q, k and v input: three streams a head beside the block's.
     side = max(1, side_by_side(model.config, clean.shape) // (1 + max(1, model.config.heads_used)))
-    return Setup(graph, keyed, graphdef, state, jnp.asarray(clean), others, side)
+    return Setup(graph, keyed, graphdef, state, jnp.asarray(clean), jnp.asarray(corrupted), others, side)
 
 
 @functools.partial(jax.jit, static_argnames=("graphdef",))
 def _recorded(graphdef, state, tokens):
     return E.record(nnx.merge(graphdef, state), tokens)
+
+
+def recorded(at: Setup, tokens, names=None):
+    """`tokens`' run of the prepared model: every sender's output and stream (`edges.Recorded`), or with
+    `names` the values at those hook points (`patching`'s compiled `run_with_cache`)."""
+    if names is None:
+        return _recorded(at.graphdef, at.state, tokens)
+    return hook_values(at.graphdef, at.state, tokens, names=tuple(names))
 
 
 @functools.partial(jax.jit, static_argnames=("graphdef", "graph", "metric"))
@@ -127,7 +134,7 @@ def edge_patch(model, clean, corrupted, metric, *, batch_size: int | None = None
     at = prepare(model, clean, corrupted, metric)
     base = finite("the clean run", at.under(at.graph.mask([])[None]))[0]
     g, n = at.graph, model.config.n_layers
-    mine = _recorded(at.graphdef, at.state, at.tokens)
+    mine = recorded(at, at.tokens)
     pairs = np.asarray(g.edges, np.int32)
     into = np.array([E.block_of(g.receivers[r], n) for r in pairs[:, 1]])
     values = np.zeros(len(pairs))
@@ -136,31 +143,6 @@ def edge_patch(model, clean, corrupted, metric, *, batch_size: int | None = None
                                                     graph=g, metric=at.metric, start=start)
         values[into == start] = map_batches(run, pairs[into == start], batch_size, at.side)
     return EdgeScores(g, finite("an edge patched", values) - base, "exact", float(base))
-
-
-@functools.partial(jax.jit, static_argnames=("graphdef", "graph", "metric"))
-def _mask_gradients(graphdef, state, tokens, others, alphas, *, graph, metric):
-    """d metric / d mask at each mask alpha · (every edge), for each of `alphas` [N]: [N, senders, receivers]."""
-    model, every = nnx.merge(graphdef, state), jnp.asarray(graph.mask(range(len(graph.edges))))
-    grad = jax.grad(lambda m: metric(E.run(model, graph, tokens, others, m)))
-    return jax.vmap(lambda a: grad(a * every))(alphas)
-
-
-def edge_attribution(model, clean, corrupted, metric, *, steps: int | None = None) -> EdgeScores:
-    """Every edge's effect estimated from gradients: at none patched (EAP; `steps` None), or integrated
-    over `steps` points from none patched to every edge patched (EAP with integrated gradients)."""
-    if steps is not None:
-        steps = whole("steps", steps)
-    at = prepare(model, clean, corrupted, metric)
-    base = finite("the clean run", at.under(at.graph.mask([])[None]))[0]
-    alphas = np.zeros(1, np.float32) if steps is None else ((np.arange(steps) + 0.5) / steps).astype(np.float32)
-    run = lambda a: _mask_gradients(at.graphdef, at.state, at.tokens, at.others, jnp.asarray(a), graph=at.graph,
-                                    metric=at.metric)
-    # A gradient holds about three forwards' activations: a batch of them is a third of the forwards'.
-    g = map_batches(run, alphas, None, max(1, at.side // 3)).mean(0)
-    s, r = np.asarray(at.graph.edges).T
-    effect = finite("a gradient", np.asarray(g, np.float64)[s, r])
-    return EdgeScores(at.graph, effect, "eap" if steps is None else f"eap_ig{steps}", float(base))
 
 
 def patch_paths(model, clean, corrupted, metric, *sets, batch_size: int | None = None) -> np.ndarray:

@@ -12,7 +12,8 @@ by the model's own paths. At those places `TWINS` (a table for `attention_jax.sw
 Every twin calls the part it replaces (a live hook patch included), so with nothing patched the
 model computes what it computes without them. A `Rule` shared by the twins of one forward says what
 a receiver reads: `Record` (nothing patched; outputs and streams kept), `Masked` (each edge a share
-of the other run's term) or `OneEdge` (one edge's term added to one receiver). The receivers of a
+of the other run's term), `Added` (each edge a share of a difference fixed in advance) or
+`OneEdge` (one edge's term added to one receiver). The receivers of a
 head mixer are in the order of its fused q|k|v columns: every head's q, then every k, then every v.
 """
 from __future__ import annotations
@@ -63,6 +64,25 @@ class Masked(Record):
         w, b = mixer.head_weights(), mixer.head_biases()
         x = x.reshape(3, -1, *x.shape[1:])
         return tuple(jnp.einsum("HBTD,HDd->BHTd", x[j], w[c]) + b[c][None, :, None] for j, c in enumerate("qkv"))
+
+
+class Added(Masked):
+    """Receiver r reads its stream plus mask[s, r] · diff[s] for each of its senders s: a difference fixed
+    in advance (EAP-IG's, the corrupted run's outputs less the clean run's), not read off this run, so
+    d metric / d mask[s, r] is diff[s] · (d metric / d r's input) wherever this run is. Nothing is kept."""
+    keeps = False
+
+    def __init__(self, diff, mask):
+        Record.__init__(self)
+        self.diff, self.mask = diff, mask
+
+    def send(self, senders, values):
+        pass
+
+    def receive(self, receivers, sources, x, split):
+        share = _take(self.mask, sources)[:, receivers[0]:receivers[-1] + 1]
+        xs = x[None] + jnp.einsum("sr,sBTD->rBTD", share, _take(self.diff, sources))
+        return xs if split else xs[0]
 
 
 def _take(a, rows):

@@ -214,7 +214,7 @@ def _mask(shape, axes, by, index, layer):
 
 
 @functools.partial(jax.jit, static_argnames=("graphdef", "names"))
-def _recorded(graphdef, state, tokens, *, names):
+def hook_values(graphdef, state, tokens, *, names):
     """The named hook points' values on `tokens`: `run_with_cache`, compiled."""
     return run_with_cache(nnx.merge(graphdef, state), tokens, list(names))[1]
 
@@ -250,7 +250,7 @@ def activation_patch(model, clean, corrupted, metric: Callable, *, hook: str = "
     keyed = check_metric(metric)
     graphdef, state = nnx.split(model)
     indices = np.stack(np.unravel_index(np.arange(int(np.prod(grid))), grid), axis=-1).astype(np.int32)
-    sources = _recorded(graphdef, state, source, names=tuple(names))
+    sources = hook_values(graphdef, state, source, names=tuple(names))
 
     def run(batch):
         values = _sweep(graphdef, state, target, sources, batch, names=tuple(names), axes=HOOKS[hook][1], by=by,
@@ -272,7 +272,7 @@ def attribution_patch(model, clean, corrupted, metric: Callable, *, hook: str = 
     target, source, names, grid = _plan(model, clean, corrupted, hook, by, into)
     keyed = check_metric(metric, (*target.shape, model.config.vocab_size))
     graphdef, state = nnx.split(model)
-    came, was = (_recorded(graphdef, state, tokens, names=tuple(names)) for tokens in (source, target))
+    came, was = (hook_values(graphdef, state, tokens, names=tuple(names)) for tokens in (source, target))
     grads = _hook_gradients(graphdef, state, target, {n: jnp.zeros_like(was[n]) for n in names}, names=tuple(names),
                        metric=keyed)
     axes = ("batch",) + HOOKS[hook][1]

@@ -270,7 +270,8 @@ assert sweep.values.shape == (2, model.config.n_heads)
 # %%
 import numpy as np  # noqa: E402
 
-from attention_jax.analysis.discovery import edge_attribution, edge_patch  # noqa: E402
+from attention_jax.analysis.attribution import edge_attribution  # noqa: E402
+from attention_jax.analysis.discovery import edge_patch  # noqa: E402
 from attention_jax.analysis.faithfulness import faithfulness  # noqa: E402
 from attention_jax.analysis.pruning import circuit  # noqa: E402
 
