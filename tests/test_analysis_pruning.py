@@ -3,6 +3,7 @@ loop written with path patching, by the paper's one-sided rule or the two-sided 
 is checked; a Ctrl-C keeps every decision made."""
 import re
 
+import jax.numpy as jnp
 import numpy as np
 import pytest
 
@@ -68,14 +69,15 @@ def test_an_edge_selection_is_read_as_numpy_reads_it_or_refused():
             g.mask(bad)
 
 
-def _greedy(case, threshold, rule):
-    """ACDC as the paper writes it: one path patch per decision, receivers from the logits back."""
+def _greedy(case, threshold, rule, sign=1.0):
+    """ACDC as the paper writes it: one path patch per decision, receivers from the logits back; `sign` -1
+    for a metric where lower is better."""
     g = edge_patch(*case).graph
     order = sorted(range(len(g.edges)), key=lambda e: (-g.edges[e][1], -g.edges[e][0]))
     patched, current = [], patch_paths(*case, [])[0]
     for e in order:
         value = patch_paths(*case, patched + [e])[0]
-        worse = current - value
+        worse = sign * (current - value)
         if (worse if rule == "one_sided" else abs(worse)) < threshold:
             patched, current = patched + [e], value
     return g, [e for e in range(len(g.edges)) if e not in patched]
@@ -119,3 +121,16 @@ def test_a_ctrl_c_in_acdc_keeps_every_decision_and_resume_goes_on(case, monkeypa
     assert acdc(*case, threshold=0.05, resume=stopped.value.state) == want
     with pytest.raises(ConfigError, match="another graph"):
         acdc(*case, threshold=0.05, resume=pruning.ACDCState(np.zeros((2, 2)), 0.0, 0))
+
+
+@pytest.mark.slow
+def test_acdc_on_the_kl_divergence_worsens_by_rising(case):
+    """The paper's metric: an edge goes when patching it raises the divergence from the clean run by less
+    than the threshold (a fall always lets it go)."""
+    from attention_jax.analysis.patching import kl_divergence
+    model, clean, corrupted, _ = case
+    kl = (model, clean, corrupted, kl_divergence(model, clean))
+    tau = float(kl[3](model(jnp.asarray(corrupted)))) / 20          # a twentieth of the whole divergence
+    g, kept = _greedy(kl, tau, "one_sided", sign=-1.0)
+    found = acdc(*kl, threshold=tau)
+    assert set(found) == set(pruning.reaching(g, kept)) and 0 < len(found) < len(g.edges)

@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import dataclasses
 import functools
+import typing
 from typing import Callable
 
 import jax
@@ -119,6 +120,39 @@ class _Normalized:
     def __call__(self, logits):
         ld = logit_diff(logits, self.answer, self.wrong, position=self.position)
         return (ld - self.corrupted) / (self.clean - self.corrupted)
+
+
+def kl_divergence(model, clean, *, position: int | None = -1) -> Callable:
+    """A metric over logits: KL(the clean run's next-token distribution || this run's), the mean over the batch
+    at `position` (None: over every position too); 0 on the clean run and lower is better (its
+    `lower_is_better`, which ACDC's one-sided rule reads): the metric of ACDC's paper."""
+    model = deterministic(model)
+    if np.ndim(clean) != 2:
+        raise ConfigError(f"clean must be token ids [B, T], got shape {np.shape(clean)}")
+    T = np.shape(clean)[1]
+    if position is not None and not (isinstance(position, (int, np.integer)) and -T <= position < T):
+        raise ConfigError(f"position={position!r} must be a position of the text (from {-T} to {T - 1}) or None")
+    logp = jax.nn.log_softmax(model(jnp.asarray(clean)).astype(jnp.float32))
+    return _Divergence(np.asarray(logp if position is None else logp[:, position]), position)
+
+
+@dataclasses.dataclass(frozen=True)
+class _Divergence:
+    """KL(clean || logits) at `position` (None: every one), the mean over the rest: keyed by its values."""
+    clean: np.ndarray
+    position: int | None
+    lower_is_better: typing.ClassVar[bool] = True
+
+    def __hash__(self):
+        return hash(fingerprint(self))
+
+    def __eq__(self, other):
+        return isinstance(other, _Divergence) and fingerprint(self) == fingerprint(other)
+
+    def __call__(self, logits):
+        logq = jax.nn.log_softmax(logits.astype(jnp.float32))
+        logq = logq if self.position is None else logq[:, self.position]
+        return jnp.mean(jnp.sum(jnp.exp(self.clean) * (self.clean - logq), axis=-1))
 
 
 def token_pair(model, clean, corrupted) -> tuple[np.ndarray, np.ndarray]:
