@@ -4,17 +4,20 @@
                               [--data PATH | --corpus PATH]
 
 Each experiment runs as its own command would (same presets, row cache, results folder),
-so a rerun skips every finished row and an interrupted one resumes. One that stops with a
-user error is reported and the others still run; the report gathers every table, every
-claim and every figure, with one summary of each book figure beside ours.
+so a rerun skips every finished row and an interrupted one resumes. One that stops (a user
+error, or a crash) is reported and the others still run; the report says first which did not
+run and why, counts the claims of those that ran, and gathers every table, claim and figure,
+with one summary of each book figure beside ours. A run of every table writes REPORT.md; a
+run of some (--only, --skip) writes REPORT-<tables>.md, so REPORT.md keeps every table.
 """
 from __future__ import annotations
 
-import json
-import pathlib
+import os
+import sys
+import traceback
 
 from attention_jax.errors import UserError
-from experiments.harness import cli, report
+from experiments.harness import cli, gather
 
 # The chapter's order: averaging, scaling, the ladder, positions, √d, norms, cost, the toy, the lecture;
 # then the benchmarks and what the chapter leaves to others (patching). Each runs on the base install: a
@@ -36,7 +39,8 @@ def available() -> list[str]:
 
 
 def run_one(name: str, args) -> str | None:
-    """Run one experiment; None on success, else the one-line reason it stopped."""
+    """Run one experiment; None on success, else the one-line reason it stopped. A crash (a bug, not a
+    user error) prints its traceback and is reported the same way: the other tables still run."""
     experiment = _module(name).EXPERIMENT
     argv = ["--out", args.out] + (["--preset", args.preset] if args.preset else [])
     if name in TRAINING:
@@ -49,94 +53,74 @@ def run_one(name: str, args) -> str | None:
     except UserError as e:
         cli.report_error(e)
         return " ".join(str(e).split())
+    except Exception as e:        # a bug in one table must not lose the others' results
+        traceback.print_exc()
+        return f"it crashed: {type(e).__name__}: {' '.join(str(e).split())[:300]}"
     return None
 
 
-def gather(out: pathlib.Path, names: list[str], failures: dict[str, str]) -> str:
-    """REPORT.md: a summary of book figures beside ours, every claim, then each experiment's tables and figures."""
-    results = {}
-    for name in names:
-        path = out / name / "results.json"
-        if path.exists() and name not in failures:     # an earlier run's results are not this run's
-            results[name] = json.loads(path.read_text(encoding="utf-8"))
-    presets = sorted({r.get("preset") for r in results.values() if r.get("preset")})
-    md = ["# attention_jax: every table of the chapter", "",
-          f"Preset(s): {', '.join(presets) or '-'}. Regenerate with `python -m experiments.all"
-          + (f" --preset {presets[0]}" if len(presets) == 1 else "") + "`.", ""]
-    if "smoke" in presets:
-        md += [f"*{cli.SMOKE_NOTE}*", ""]
-    book = [dict(experiment=n, **b) for n, r in results.items() for b in r.get("book", [])]
-    if book:
-        md += ["## The book's figures beside ours", "",
-               report.format_table([("experiment", "experiment", ""), ("what", "figure", ""), ("book", "book", ""),
-                                    ("ours", "ours", "")], book), ""]
-    md += [f"## Claims: {report.tally([c for r in results.values() for c in r['claims']])}", ""]
-    for name, r in results.items():
-        md += [f"- **{name}**"] + [f"  - **{report.verdict(c)}** {report.claim_text(c, markdown=True)}"
-                                   for c in r["claims"]]
-    for name, reason in failures.items():
-        md += [f"- **{name}** did not finish: {report.safe(reason)}"]
-    timed = [dict(experiment=n, wall=r["time"]["wall_s"], programs=r["time"]["programs"],
-                  compile=r["time"]["compile_s"] + r["time"]["trace_and_lower_s"]) for n, r in results.items() if "time" in r]
-    if timed:     # what ran them, and how much of each run went into making XLA programs
-        from experiments.harness.platform import describe_backend
-        backend = next(r["backend"] for r in results.values() if "backend" in r)
-        md += ["", "## Where and how long", "", f"`{describe_backend(backend)}`", "",
-               report.format_table([("experiment", "experiment", ""), ("wall", "seconds", ".1f"),
-                                    ("programs", "XLA programs made here", "d"),
-                                    ("compile", "seconds making them", ".1f")], timed)]
-    for name, r in results.items():
-        table = (out / name / "table.md").read_text(encoding="utf-8").split("\n", 1)[1]
-        table = table.replace(f"*{cli.SMOKE_NOTE}*", "")        # said once, at the top
-        md += ["", f"# {name}" + (f" (preset: {r.get('preset')})" if r.get("preset") else ""), table.strip(), ""]
-        md += [f"![{name}: {fig}]({name}/{fig})" for fig in r.get("figures", [])]
-    return "\n".join(md) + "\n"
-
-
-def main(argv: list[str] | None = None) -> int:
+def parse(argv: list[str] | None):
+    """The flags, and the tables they choose in the chapter's order; a user error raised as one."""
     p = cli.parser("all", __doc__.strip().splitlines()[0], {"smoke": 0, "cpu": 0, "paper": 0})
-    p.add_argument("--only", default=None, help=f"comma-separated subset of: {', '.join(EXPERIMENTS)}")
+    p.add_argument("--only", default=None, help=f"comma-separated subset of: {', '.join(EXPERIMENTS)} (the report: "
+                   "REPORT-<tables>.md; REPORT.md is the report of every table)")
     p.add_argument("--skip", default=None, help="comma-separated experiments to leave out")
     p.add_argument("--seeds", type=cli.positive_int, default=1, help="seeds for the training tables")
     p.add_argument("--corpus", default=None, help="your own text for the corpus tables (ladder, positions, ...)")
     p.add_argument("--data", default=None, help="tinyshakespeare.txt or a folder holding it, for the corpus tables")
     p.add_argument("--no-progress", action="store_true", help="no progress bars")
+    args = p.parse_args(argv)
+    if args.preset is not None and args.preset not in ("smoke", "cpu", "paper"):
+        raise cli.ConfigError(f"unknown preset {args.preset!r}; choose one of: smoke, cpu, paper")
+    names = cli.choose_names(args.only, available(), "experiment")
+    skip = set(cli.choose_names(args.skip, available(), "experiment")) if args.skip else set()
+    names = [n for n in names if n not in skip]
+    if not names:     # and an empty report must not replace the last one
+        raise cli.ConfigError("--only and --skip leave no experiment to run; drop one of them")
+    return args, names
+
+
+def main(argv: list[str] | None = None) -> int:
     try:
-        args = p.parse_args(argv)
-        if args.preset is not None and args.preset not in ("smoke", "cpu", "paper"):
-            raise cli.ConfigError(f"unknown preset {args.preset!r}; choose one of: smoke, cpu, paper")
-        names = cli.choose_names(args.only, available(), "experiment")
-        skip = set(cli.choose_names(args.skip, available(), "experiment")) if args.skip else set()
-        names = [n for n in names if n not in skip]
-        if not names:     # and an empty REPORT.md must not replace the last one
-            raise cli.ConfigError("--only and --skip leave no experiment to run; drop one of them")
-        out = cli.results_folder(args.out, "all").parent
+        args, names = parse(argv)
+        run = gather.Run(cli.results_folder(args.out, "all").parent, names, available())
     except UserError as e:
         return cli.report_error(e)
     if any(_module(n).EXPERIMENT.shares_accelerator for n in names):
         # One process runs them all, and JAX reserves memory when it first looks for devices (the
         # first experiment): those whose children take turns on the accelerator need it unreserved.
-        import os
         os.environ.setdefault("XLA_PYTHON_CLIENT_PREALLOCATE", "false")
-    failures, ran = {}, []
+    done = 0
     try:
         for name in names:
             reason = run_one(name, args)
-            ran.append(name)
+            done += 1
             if reason:
-                failures[name] = reason
+                run.failures[name] = reason
     except KeyboardInterrupt as e:     # the report holds what this run finished, not earlier runs' results
-        report.atomic_write(out / "REPORT.md", gather(out, ran, failures))
+        run.failures.update({names[done]: "interrupted (Ctrl-C) while it ran; rerun to resume its rows"} |
+                            {n: "not started: the run was interrupted before it" for n in names[done + 1:]})
+        finish(run)
         code = cli.report_error(e)
         if argv is None:     # a command line: leave before XLA's threads meet the interpreter's teardown
-            import os
-            import sys
             sys.stdout.flush(), sys.stderr.flush()
             os._exit(code)
         return code
-    report.atomic_write(out / "REPORT.md", gather(out, names, failures))
-    print(f"\nwrote {out / 'REPORT.md'}", flush=True)
-    return cli.EXIT_USER_ERROR if failures else 0
+    return finish(run)
+
+
+def finish(run: gather.Run) -> int:
+    """Write the report and end on what did not run (a line each, then the count): exit 2 if any did not."""
+    last = gather.write(run)
+    sys.stdout.flush()
+    if not run.failures:
+        print(f"\n{last}", flush=True)
+        return 0
+    print("", file=sys.stderr)
+    for name, reason in run.failures.items():
+        print(f"did not run: {name}: {reason}", file=sys.stderr)
+    print(f"error: {last}", file=sys.stderr, flush=True)
+    return cli.EXIT_USER_ERROR
 
 
 if __name__ == "__main__":

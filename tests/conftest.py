@@ -258,7 +258,7 @@ def keeping_figures():
 
 class AnalysisRun(typing.NamedTuple):
     code: int                   # experiments.all's exit status
-    folder: pathlib.Path        # REPORT.md and one folder per table
+    folder: pathlib.Path        # its report (REPORT-<tables>.md) and one folder per table
     figures: dict               # {table: {file name: matplotlib Figure}}
 
 

@@ -1,10 +1,12 @@
-"""`python -m experiments.all`: every chosen table runs as its own command would, then one REPORT.md
-gathers every table, every claim, the figures and the book's figures beside ours."""
+"""`python -m experiments.all`: every chosen table runs as its own command would, then one report gathers
+every table, every claim, the figures and the book's figures beside ours, saying first what did not run.
+A run of every table writes REPORT.md; a run of some writes REPORT-<tables>.md and leaves REPORT.md be."""
 
 import contextlib
 import io
 import json
 import os
+import pathlib
 
 import jax
 import pytest
@@ -16,7 +18,8 @@ from experiments import all as everything
 def test_all_writes_one_report_with_every_table_claim_and_book_figure(smoke_analysis):
     code, tmp_path = smoke_analysis.code, smoke_analysis.folder   # experiments.all --only averaging,scaling,params (conftest)
     assert code == 0
-    report = (tmp_path / "REPORT.md").read_text()
+    report = (tmp_path / "REPORT-averaging-scaling-params.md").read_text()
+    assert report.startswith("# attention_jax: averaging, scaling, params\n\nAll 3 tables ran: 27 of 27 claims hold.")
     for name in ("averaging", "scaling", "params"):
         assert f"\n# {name} (preset: smoke)" in report and (tmp_path / name / "results.json").exists()
         backend = json.loads((tmp_path / name / "results.json").read_text())["backend"]   # what ran it, where
@@ -25,7 +28,7 @@ def test_all_writes_one_report_with_every_table_claim_and_book_figure(smoke_anal
         took = json.loads((tmp_path / name / "results.json").read_text())["time"]      # and what it cost
         assert 0 < took["compile_s"] + took["trace_and_lower_s"] <= took["wall_s"]   # its own run's, not the process's
     assert "## The book's figures beside ours" in report and "| 1015.562 |" in report and "124,439,808" in report
-    assert "## Claims: 27 of 27 claims hold" in report       # exact claims: decided even by the smoke preset
+    assert "## Claims of the 3 tables that ran: 27 of 27 claims hold" in report   # exact: decided even by smoke
     assert "![scaling: jacobian.png](scaling/jacobian.png)" in report and (tmp_path / "scaling" / "jacobian.png").exists()
     assert "plumbing check" in report                       # smoke says its figures mean nothing
     where = report.split("## Where and how long")[1]         # what ran them, and each one's time
@@ -38,16 +41,16 @@ def test_an_experiment_that_fails_is_reported_and_the_rest_still_run(tmp_path, c
     with contextlib.redirect_stdout(io.StringIO()):
         code = everything.main(["--preset", "smoke", "--only", "averaging,ladder", "--out", str(tmp_path)])
     assert code == 2
-    report = (tmp_path / "REPORT.md").read_text()
-    assert "**ladder** did not finish:" in report and "\n# averaging (preset: smoke)" in report
+    report = (tmp_path / "REPORT-averaging-ladder.md").read_text()
+    assert "- **ladder** did not run: ATTENTION_JAX_DATA=" in report and "\n# averaging (preset: smoke)" in report
     # An earlier run's results of the one that failed are not shown as this run's.
     (tmp_path / "ladder").mkdir(exist_ok=True)
     (tmp_path / "ladder" / "results.json").write_text(json.dumps({"name": "ladder", "preset": "smoke", "claims": []}))
     (tmp_path / "ladder" / "table.md").write_text("# ladder\nan old table\n")
     with contextlib.redirect_stdout(io.StringIO()):
         everything.main(["--preset", "smoke", "--only", "averaging,ladder", "--out", str(tmp_path)])
-    report = (tmp_path / "REPORT.md").read_text()
-    assert "did not finish" in report and "an old table" not in report and "# ladder" not in report
+    report = (tmp_path / "REPORT-averaging-ladder.md").read_text()
+    assert "did not run" in report and "an old table" not in report and "# ladder" not in report
 
 
 def test_unknown_experiments_are_one_line_and_exit_2(tmp_path, capsys):
@@ -61,7 +64,7 @@ def test_data_reaches_the_corpus_tables(tmp_path, capsys):
     with contextlib.redirect_stdout(io.StringIO()):
         code = everything.main(["--preset", "smoke", "--only", "ladder", "--data", str(missing), "--out", str(tmp_path)])
     assert code == 2
-    assert str(missing.parent) in (tmp_path / "REPORT.md").read_text()      # the ladder looked where it was told
+    assert str(missing.parent) in (tmp_path / "REPORT-ladder.md").read_text()    # the ladder looked where it was told
 
 
 def test_every_training_preset_splits_over_a_colab_tpus_eight_devices():
@@ -90,8 +93,8 @@ def test_a_smoke_report_leaves_what_its_budget_cannot_decide_unchecked(tmp_path,
     with contextlib.redirect_stdout(io.StringIO()):
         code = everything.main(["--preset", "smoke", "--only", "averaging,positions", "--out", str(tmp_path)])
     assert code == 0
-    report = (tmp_path / "REPORT.md").read_text()
-    assert "## Claims: 5 of 5 claims hold; 5 not checked at this budget" in report
+    report = (tmp_path / "REPORT-averaging-positions.md").read_text()
+    assert "## Claims of the 2 tables that ran: 5 of 5 claims hold; 5 not checked at this budget" in report
     positions = report.split("- **positions**")[1].split("\n# ")[0]
     assert positions.count("**not checked at this budget**") >= 5 and "PASS" not in positions and "FAIL" not in positions
     assert report.count("plumbing check") == 1                                          # said once, not per table
@@ -113,7 +116,7 @@ def test_without_torch_every_experiment_runs_and_says_what_it_left_unmeasured(tm
     parity = json.loads((tmp_path / "parity" / "results.json").read_text())
     assert parity["claims"] and all(c["decided"] is False and c["why"] == "PyTorch is not installed"
                                     for c in parity["claims"])
-    assert "not checked: PyTorch is not installed" in (tmp_path / "REPORT.md").read_text()
+    assert "not checked: PyTorch is not installed" in (tmp_path / "REPORT-averaging-parity-throughput.md").read_text()
 
 
 def test_only_and_skip_leaving_nothing_is_one_line_and_keeps_the_last_report(tmp_path, capsys):
@@ -122,3 +125,76 @@ def test_only_and_skip_leaving_nothing_is_one_line_and_keeps_the_last_report(tmp
                             "--out", str(tmp_path)]) == 2
     assert "leave no experiment to run" in capsys.readouterr().err
     assert (tmp_path / "REPORT.md").read_text() == "the last report"
+
+
+# --- what a report says, from tables faked in a second (the real ones run in the slow tests above) ----
+
+def fake_tables(monkeypatch, tables: dict[str, str | None]):
+    """`tables` (name -> None to succeed, or the reason it stops) stand in for the chapter's: each that
+    succeeds writes results with two passing claims and a figure named like a script, as a table would."""
+    from experiments.harness import report
+
+    def run_one(name, args):
+        if tables[name] is not None:
+            return tables[name]
+        claims = [report.claim(f"{name} claim {i}", True, "1") for i in range(2)]
+        report.write_results(pathlib.Path(args.out) / name, name, rows=[], claims=claims, tables={"t": "| a |"},
+                             preset="smoke", extra={"figures": ["<script>x</script>.png"], "book": []})
+        return None
+    monkeypatch.setattr(everything, "available", lambda: list(tables))
+    monkeypatch.setattr(everything, "run_one", run_one)
+
+
+def test_a_report_says_first_what_did_not_run(tmp_path, monkeypatch, capsys):
+    fake_tables(monkeypatch, {"averaging": None, "scaling": "it crashed: RuntimeError: boom", "params": None})
+    assert everything.main(["--preset", "smoke", "--out", str(tmp_path)]) == 2
+    lines = (tmp_path / "REPORT.md").read_text().splitlines()
+    assert lines[0] == "# attention_jax: every table of the chapter"
+    assert lines[2] == ("**1 of 3 tables did not run** (scaling), so every count below is of the 2 that ran: "
+                        "4 of 4 claims hold.")                           # the claims of what ran, and saying so
+    assert lines[4] == "- **scaling** did not run: it crashed: RuntimeError: boom"
+    assert "## Claims of the 2 tables that ran: 4 of 4 claims hold" in lines
+    err = capsys.readouterr().err.strip().splitlines()
+    assert err[-2] == "did not run: scaling: it crashed: RuntimeError: boom"
+    assert err[-1].startswith("error: 1 of 3 tables did not run (scaling); ") and err[-1].endswith(
+        "counts the claims of the 2 that ran: 4 of 4 claims hold")
+
+
+def test_a_table_that_crashes_is_reported_and_the_rest_still_run(tmp_path, monkeypatch, capsys):
+    """A bug in one table (not a user error) prints its traceback and is one line in the report."""
+    import types
+
+    class Crashing:
+        shares_accelerator = False
+
+        def parser(self):
+            import argparse
+            p = argparse.ArgumentParser()
+            p.add_argument("--out"), p.add_argument("--preset")
+            return p
+
+        def execute(self, args):
+            raise RuntimeError("a bug\nover two lines")
+    real = everything._module
+    monkeypatch.setattr(everything, "_module", lambda name: types.SimpleNamespace(EXPERIMENT=Crashing())
+                        if name == "scaling" else real(name))
+    monkeypatch.setattr(everything, "available", lambda: ["scaling", "params"])
+    assert everything.main(["--preset", "smoke", "--out", str(tmp_path)]) == 2
+    report = (tmp_path / "REPORT.md").read_text()
+    assert "- **scaling** did not run: it crashed: RuntimeError: a bug over two lines" in report
+    assert "\n# params (preset: smoke)" in report and "Traceback" in capsys.readouterr().err
+
+
+def test_a_run_of_some_tables_writes_a_report_named_for_them_and_keeps_the_full_report(tmp_path, monkeypatch):
+    fake_tables(monkeypatch, {"averaging": None, "scaling": None, "params": None})
+    (tmp_path / "REPORT.md").write_text("the report of every table")
+    assert everything.main(["--preset", "smoke", "--only", "averaging", "--out", str(tmp_path)]) == 0
+    only = (tmp_path / "REPORT-averaging.md").read_text()
+    assert only.startswith("# attention_jax: averaging\n\nAll 1 table ran") and "\n# scaling" not in only
+    assert "`python -m experiments.all --preset smoke --only averaging`" in only
+    assert everything.main(["--preset", "smoke", "--skip", "params", "--out", str(tmp_path)]) == 0
+    assert (tmp_path / "REPORT-without-params.md").read_text().startswith(
+        "# attention_jax: every table of the chapter but params\n")
+    assert (tmp_path / "REPORT.md").read_text() == "the report of every table"
+    assert everything.main(["--preset", "smoke", "--out", str(tmp_path)]) == 0
+    assert (tmp_path / "REPORT.md").read_text().startswith("# attention_jax: every table of the chapter\n\nAll 3")

@@ -184,3 +184,35 @@ def test_a_process_id_outside_the_count_is_refused_before_waiting(tmp_path, caps
                         "--num-processes", "2", "--process-id", "5", "--connect-timeout", "30"])
     err = capsys.readouterr().err.strip()
     assert code == 2 and "--process-id 5 is outside 0 .. 1" in err and time.perf_counter() - began < 20
+
+
+# A committed record beside the code, damaged: smoke times of another shape or a results file cut short.
+DAMAGE = {"smoke times cut short": ("smoke_times.json", '{"seconds": {"ladder": 2'),
+          "smoke times of another shape": ("smoke_times.json", '{"seconds": [20.8, 18.0]}'),
+          "smoke times as words": ("smoke_times.json", '{"seconds": {"ladder": "fast"}}'),
+          "results cut short": ("ladder/results.json", '{"name": "ladder", "claims": ['),
+          "results' time of another shape": ("ladder/results.json", '{"claims": [], "time": [86]}')}
+
+
+@pytest.mark.parametrize("damage", DAMAGE)
+def test_a_damaged_committed_record_is_one_line_and_every_command_still_parses_its_flags(
+        damage, tmp_path, monkeypatch, capsys):
+    """--help's durations read docs/results as the parser is built: a damaged file there made every command
+    crash before parsing its own arguments (TypeError, AttributeError). Now: one note, the flags parsed."""
+    from experiments import ladder
+    from experiments.all import parse
+    from experiments.harness import committed
+    where, text = DAMAGE[damage]
+    (tmp_path / where).parent.mkdir(parents=True, exist_ok=True)
+    (tmp_path / where).write_text(text)
+    monkeypatch.setattr(committed, "RESULTS", tmp_path)
+    monkeypatch.setattr(committed, "SMOKE", tmp_path / "smoke_times.json")
+    args = ladder.EXPERIMENT.parser().parse_args(["--preset", "smoke", "--rows", "no_context"])
+    assert (args.preset, args.rows) == ("smoke", "no_context")
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and err[0].startswith("note: ") and str(tmp_path / where) in err[0], err
+    assert ("--take-smoke" if "smoke" in where else "--take") in err[0] and "git checkout" in err[0]
+    with pytest.raises(SystemExit) as helped:
+        ladder.EXPERIMENT.parser().parse_args(["--help"])
+    assert helped.value.code == 0 and "--preset" in capsys.readouterr().out
+    assert parse(["--only", "averaging"])[1] == ["averaging"]          # experiments.all's own flags, too

@@ -82,6 +82,7 @@ def test_a_page_changed_by_hand_is_caught(tmp_path, monkeypatch):
 
 def test_a_table_rerun_over_its_row_cache_counts_the_cached_rows_training():
     from experiments import pages
+    from experiments.harness import results_page
     r = {"name": "ladder", "preset": "cpu", "claims": [],
          "backend": {"backend": "cpu", "device_count": 1, "device_kinds": ["cpu"], "jax": "0", "jaxlib": "0",
                      "flax": "0", "plugins": {}, "host": {"model": "x", "cores": 2, "bf16_units": []}},
@@ -89,14 +90,14 @@ def test_a_table_rerun_over_its_row_cache_counts_the_cached_rows_training():
          "rows": [{"seconds": 400.0, "cached": True}, {"seconds": 60.0, "cached": False},
                   {"runs": {"a": {"seconds": 200.0, "cached": True}, "b": {"seconds": 9.0, "cached": False}}}]}
     assert pages.cost(r) == (30.0, 600.0)       # nested records (a row holding a pair of runs) count too
-    assert " 10 min |" in pages.experiments_table({"ladder": r}, link="{name}.md")
+    assert " 10 min |" in results_page.experiments_table({"ladder": r}, {}, link="{name}.md")
     text = pages.page("ladder", r)
     assert "30 s wall and 10 min of training in rows taken from its row cache" in text
     assert "load average was 3.5 on 2 cores" in text
 
 
 def test_robustness_says_where_each_claim_was_checked_and_how_often_it_held():
-    from experiments import pages
+    from experiments.harness import results_page as pages
     once = {"claim": "a", "passed": True, "margin": 0.5}
     seeded = {"claim": "b", "passed": True, "margin": 0.2,
               "seeds": {"held": 2, "of": 3, "smallest_margin": -0.1}}
@@ -123,10 +124,11 @@ def test_the_site_builds_strict(tmp_path):
 
 def test_the_guide_and_the_performance_page_are_short_and_undated():
     """CONTRIBUTING.md is a guide (at most 120 lines), docs/performance.md what is measured, how, and
-    the current figures (at most 150): neither keeps a history of runs (git log does), so no dates."""
+    the current figures (at most 155, its generated tables each a blank line apart): neither keeps a
+    history of runs (git log does), so no dates."""
     import re
     date = re.compile(r"\b20\d\d-\d\d-\d\d\b")
-    for name, most in (("CONTRIBUTING.md", 120), ("docs/performance.md", 150)):
+    for name, most in (("CONTRIBUTING.md", 120), ("docs/performance.md", 155)):
         text = (ROOT / name).read_text(encoding="utf-8")
         assert len(text.splitlines()) <= most, name
         assert not date.findall(text), (name, date.findall(text))
@@ -160,3 +162,77 @@ def test_every_table_in_the_docs_ends_before_the_text_after_it():
         unclosed += [f"{page.relative_to(ROOT)}:{i + 2}" for i, line in enumerate(lines[:-1])
                      if line.startswith("|") and lines[i + 1].strip() and not lines[i + 1].startswith(("|", "<!--"))]
     assert unclosed == []
+
+
+def test_no_two_tables_in_the_docs_run_together():
+    """A table right after another, with no blank line between, is read as one: the second one's header
+    becomes a row (docs/performance.md's two generation tables were one)."""
+    pages = [ROOT / "README.md", ROOT / "CONTRIBUTING.md", *sorted((ROOT / "docs").rglob("*.md"))]
+    rule = re.compile(r"^\|[-:| ]+\|$")
+    joined = []
+    for page in pages:
+        lines = page.read_text(encoding="utf-8").splitlines()
+        joined += [f"{page.relative_to(ROOT)}:{i + 1}" for i, line in enumerate(lines)
+                   if rule.match(line) and i >= 2 and lines[i - 2].startswith("|")]
+    assert joined == []
+
+
+def _docs_with_damage(tmp_path, monkeypatch):
+    """A copy of two experiments' committed results, one cut short; a CI record cut short and one without
+    its versions; smoke times of another shape; README, install.md and performance.md with their markers."""
+    from experiments import pages
+    docs, ci = tmp_path / "results", tmp_path / "ci"
+    for name in ("averaging", "scaling"):
+        shutil.copytree(ROOT / "docs" / "results" / name, docs / name)
+    text = (docs / "scaling" / "results.json").read_text()
+    (docs / "scaling" / "results.json").write_text(text[: len(text) // 2])
+    ci.mkdir()
+    good = json.loads((ROOT / "docs" / "ci" / "whole_suite.json").read_text())
+    (ci / "whole_suite.json").write_text(json.dumps(good))
+    (ci / "newest_jax.json").write_text(json.dumps({k: v for k, v in good.items() if k != "versions"}))
+    (ci / "cut.json").write_text('{"leg": "x", ')
+    (docs / "smoke_times.json").write_text('{"seconds": [3.0, 2.8]}')
+    for attr, markers in (("README", [(pages.BEGIN, pages.END), pages.LEGS]), ("INSTALL", [pages.LEGS]),
+                          ("PERFORMANCE", [pages.FIGURES])):
+        path = tmp_path / f"{attr.lower()}.md"
+        path.write_text("x\n" + "".join(f"{a}\n{b}\n" for a, b in markers))
+        monkeypatch.setattr(pages, attr, path)
+    monkeypatch.setattr(pages, "DOCS", docs)
+    monkeypatch.setattr(pages, "CI", ci)
+    monkeypatch.setattr(pages, "SMOKE", docs / "smoke_times.json")
+    return docs, ci
+
+
+def test_a_damaged_record_is_left_out_of_the_pages_in_one_line_each_and_the_rest_written(tmp_path, monkeypatch,
+                                                                                          capsys):
+    """A results file or a CI record cut short gave a JSONDecodeError traceback; a record missing a field, a
+    KeyError. Now: each named with its fix in one line, the rest written, exit 2."""
+    from experiments import pages
+    docs, ci = _docs_with_damage(tmp_path, monkeypatch)
+    assert pages.main([]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert "Traceback" not in "\n".join(err)
+    named = {str(docs / "scaling" / "results.json"): "--take FOLDER", str(ci / "newest_jax.json"): "bash .ci/run",
+             str(ci / "cut.json"): "bash .ci/run", str(docs / "smoke_times.json"): "--take-smoke FOLDER"}
+    for path, fix in named.items():
+        assert [line for line in err if line.startswith(f"error: {path} is damaged (") and fix in line], (path, err)
+    assert err[-1] == "error: 4 damaged file(s) left out, each named above; the rest is written"
+    assert (docs / "averaging.md").is_file() and not (docs / "scaling.md").exists()
+    index = (docs / "index.md").read_text()
+    assert "experiments.averaging" in index and "experiments.scaling" not in index
+    assert "Python 3.11, the whole suite" in pages.README.read_text()          # the intact CI record, shown
+
+
+def test_take_smoke_says_which_results_it_left_out(tmp_path, monkeypatch, capsys):
+    """It skipped a results file it could not read without a word; now one line each, and exit 2."""
+    from experiments import pages
+    run = tmp_path / "run"
+    for name, text in (("averaging", json.dumps({"preset": "smoke", "claims": [], "time": {"wall_s": 3.0}})),
+                       ("scaling", '{"preset": "smoke", "time": ')):
+        (run / name).mkdir(parents=True)
+        (run / name / "results.json").write_text(text)
+    monkeypatch.setattr(pages, "SMOKE", tmp_path / "smoke_times.json")
+    assert pages.main(["--take-smoke", str(run), "--check"]) == 2
+    err = capsys.readouterr().err
+    assert f"error: {run / 'scaling' / 'results.json'} is damaged (" in err and "Traceback" not in err
+    assert json.loads((tmp_path / "smoke_times.json").read_text())["seconds"] == {"averaging": 3.0}

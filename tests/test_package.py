@@ -147,3 +147,8 @@ def test_no_library_module_imports_one_that_imports_it_back_lazily_or_not():
     """The import graph, function-level imports counted, has no cycle: each layer sits below the next."""
     assert _cycles(SOURCES) == []
 
+
+def test_no_lab_module_imports_one_that_imports_it_back_lazily_or_not():
+    """The lab's too: a name two modules share lives in the one below both (a package's constants, the
+    harness), never in a module that imports the other back inside a function."""
+    assert _cycles(LAB) == []

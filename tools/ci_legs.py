@@ -32,13 +32,12 @@ def version(name: str) -> str:
         return "not installed"
 
 
-def closing_line(log: str) -> str:
-    """pytest's summary, "700 passed, 13 skipped in 41.2s", without its '=' rule and colours."""
+def closing_line(log: str) -> str | None:
+    """pytest's summary, "700 passed, 13 skipped in 41.2s", without its '=' rule and colours; None when
+    the log has none (pytest cut short, or another command's output)."""
     lines = [re.sub(r"\x1b\[[0-9;]*m", "", line).strip("= \n") for line in log.splitlines()]
     found = [line for line in lines if re.search(r"\b(passed|failed|error|errors|no tests ran)\b.* in [0-9.]+s", line)]
-    if not found:
-        raise ValueError("no pytest summary line in the log")
-    return found[-1]
+    return found[-1] if found else None
 
 
 def main(argv: list[str]) -> int:
@@ -46,9 +45,19 @@ def main(argv: list[str]) -> int:
         print(f"usage: python tools/ci_legs.py {{{','.join(LEGS)}}} LOG COMMAND", file=sys.stderr)
         return 2
     leg, log, command = argv
+    # A record without pytest's closing line would put a run that never finished into README: none is written.
+    try:
+        summary = closing_line(pathlib.Path(log).read_text(encoding="utf-8", errors="replace"))
+    except OSError as e:
+        print(f"error: cannot read the leg's log {log} ({e.strerror or e}); give the file pytest's output went to, "
+              f"nothing recorded", file=sys.stderr)
+        return 2
+    if summary is None:
+        print(f"error: {log} holds no pytest summary line (\"N passed ... in Ts\"): the run was cut short or the log "
+              f"is another command's; run the leg's pytest again into it, nothing recorded", file=sys.stderr)
+        return 2
     record = {"leg": leg, "what": LEGS[leg], "python": sys.version.split()[0], "command": command,
-              "pytest": closing_line(pathlib.Path(log).read_text(encoding="utf-8", errors="replace")),
-              "versions": {name: version(name) for name in PACKAGES}}
+              "pytest": summary, "versions": {name: version(name) for name in PACKAGES}}
     FOLDER.mkdir(parents=True, exist_ok=True)
     (FOLDER / f"{leg}.json").write_text(json.dumps(record, indent=1) + "\n", encoding="utf-8")
     print(f"recorded {leg}: Python {record['python']}, jax {record['versions']['jax']}: {record['pytest']}")

@@ -18,7 +18,9 @@ import sys
 import threading
 from typing import Mapping, Sequence
 
-from attention_jax.errors import ConfigError, Preempted, UserError, hush_unraisable
+from attention_jax.errors import ConfigError, DataError, Preempted, UserError, hush_unraisable, note
+from experiments.harness import committed
+from experiments.harness.report import SMOKE_NOTE
 
 EXIT_USER_ERROR, EXIT_INTERRUPTED = 2, 130
 LOCK_FILE = ".lock"      # in a results folder: held by the run writing there
@@ -27,8 +29,6 @@ PRESET_ORDER = ("smoke", "cpu", "paper")   # the order every --help lists them i
 # KeyboardInterrupt raised while XLA runs a callback of its own is printed as "ignored" and
 # lost, so the training loop also looks here at every step.
 STOP = threading.Event()
-SMOKE_NOTE = ("smoke preset: a plumbing check of a few steps; its figures mean nothing and the claims they decide are not checked at this "
-              "budget (--preset cpu or paper for the chapter's)")
 
 
 class _Parser(argparse.ArgumentParser):
@@ -49,11 +49,14 @@ def parser(name: str, description: str, presets: Mapping[str, object] | None = N
 
 def durations(name: str) -> str:
     """How long the committed runs of `name` took, for --help ("; committed runs: smoke 27 s, cpu 86 min on
-    2 cores"), or "" where a checkout's docs/results are not there (an installed package)."""
+    2 cores"), or "" where a checkout's docs/results are not there (an installed package). A damaged
+    record there is one line on stderr (the file, the fix), and the command goes on without it."""
     try:
-        from experiments import pages
-        smoke, cpu = pages.took(name)
-    except (OSError, ValueError, KeyError, ImportError):
+        smoke, cpu = committed.took(name)
+    except DataError as e:
+        note(f"{e}; --help leaves out how long the committed runs took")
+        return ""
+    except OSError:
         return ""
     said = ([f"smoke {smoke}"] if smoke else []) + ([f"cpu {cpu} on 2 cores"] if cpu else [])
     return f"; committed runs: {', '.join(said)}" if said else ""

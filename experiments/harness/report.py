@@ -15,9 +15,10 @@ import pathlib
 import re
 from typing import Any, Iterable, Sequence
 
-from experiments.harness.cli import SMOKE_NOTE
-
 Column = tuple[str, str, str]   # (row key, header, format spec such as ",d" or ".2f")
+# Atop a smoke run's table (and printed when the smoke preset is chosen): its figures are plumbing only.
+SMOKE_NOTE = ("smoke preset: a plumbing check of a few steps; its figures mean nothing and the claims they decide are not checked at this "
+              "budget (--preset cpu or paper for the chapter's)")
 
 
 class Markdown(str):
@@ -25,15 +26,24 @@ class Markdown(str):
 
 
 def safe(text) -> str:
-    """Any text (a file name, an error, a word, a decoded token) as Markdown shows it, running none of
-    it: no HTML (`<` as an entity: no tag, no autolink), no link or image (`](` broken), on one line.
-    The site's Markdown (mkdocs.yml) has no extension that reads attributes or bare addresses."""
+    r"""Any text from outside (a file name, an error, a word, a decoded token, a table cell) as Markdown
+    shows it, running none of it, on one line: no HTML (`<` as an entity: no tag, no autolink), no
+    character reference of its own (`&lt;` stays those four characters), no link or image (`](`
+    broken), no code span and no backslash escape (backticks and backslashes as entities, so `\|` or
+    a stray backtick cannot end a table cell early). The one function every page's outside text goes
+    through; the site's Markdown (mkdocs.yml) has no extension that reads attributes or bare addresses."""
     if isinstance(text, Markdown):
         return text
-    return escape(re.sub(r"[\r\n\u2028\u2029]+", " ", str(text)))
+    text = re.sub(r"[\r\n\u2028\u2029]+", " ", str(text))
+    for raw, written in _TEXT:
+        text = re.sub(raw, written, text)
+    return escape(text)
 
 
-# What `safe` rewrites so that Markdown runs none of it: `<` (a tag, an autolink) and `](` (a link, an image).
+# What `safe` writes as entities before `escape`: `&` where it would start a character reference, then
+# backslashes and backticks (the entities' own `&` stays).
+_TEXT = ((r"&(?=#?\w+;)", "&amp;"), (r"\\", "&#92;"), ("`", "&#96;"))
+# What `escape` rewrites so that Markdown runs none of it: `<` (a tag, an autolink) and `](` (a link, an image).
 _ESCAPES = (("<", "&lt;"), ("](", "]\\("))
 
 
@@ -48,7 +58,29 @@ def plain(markdown: str) -> str:
     """A table `format_table` made safe, as a terminal shows it: what `safe` escaped, back as it was."""
     for raw, written in _ESCAPES:
         markdown = markdown.replace(written, raw)
+    for raw, written in (("\\", "&#92;"), ("`", "&#96;"), ("&", "&amp;")):
+        markdown = markdown.replace(written, raw)
     return markdown
+
+
+def code(text) -> Markdown:
+    """Text as a code span (a command, a backend's description), or as `safe` text where a code span
+    could not hold it as it is (a backtick, `<`, a backslash or `|` in it)."""
+    text = " ".join(str(text).split())
+    return Markdown(safe(text) if re.search(r"[`<\\|]", text) else f"`{text}`")
+
+
+def link(text, target: str) -> Markdown:
+    """A link of the lab's own to `target` (a file beside the page), its text and address from outside:
+    the text `safe` with its brackets escaped, the address percent-encoded."""
+    from urllib.parse import quote
+    shown = safe(text).replace("[", "\\[").replace("]", "\\]")
+    return Markdown(f"[{shown}]({quote(str(target))})")
+
+
+def image(alt, target: str) -> Markdown:
+    """An image (a figure beside the page): `link`'s escaping, shown inline."""
+    return Markdown("!" + link(alt, target))
 
 
 def _cell(value: Any, fmt: str) -> str:
@@ -57,17 +89,17 @@ def _cell(value: Any, fmt: str) -> str:
     if isinstance(value, str):
         return safe(value)
     try:
-        return format(value, fmt)
+        return safe(format(value, fmt))
     except (TypeError, ValueError):
-        return str(value)
+        return safe(value)
 
 
 def format_table(columns: Sequence[Column], rows: Iterable[dict]) -> str:
     """A Markdown pipe table; numbers right-aligned so it also reads well on a terminal."""
     rows = list(rows)
-    escape = lambda text: text.replace("|", "\\|")          # a "|" inside a cell would split it
-    cells = [[escape(_cell(r.get(key), fmt)) for key, _, fmt in columns] for r in rows]
-    headers = [escape(h) for _, h, _ in columns]
+    pipes = lambda text: text.replace("|", "\\|")           # a "|" inside a cell would split it
+    cells = [[pipes(_cell(r.get(key), fmt)) for key, _, fmt in columns] for r in rows]
+    headers = [pipes(safe(h)) for _, h, _ in columns]
     widths = [max([len(h)] + [len(c[i]) for c in cells]) for i, h in enumerate(headers)]
     line = lambda items: "| " + " | ".join(s.rjust(w) for s, w in zip(items, widths)) + " |"
     sep = "|" + "|".join("-" * (w + 1) + ":" for w in widths) + "|"
@@ -220,7 +252,7 @@ def markdown(name: str, preset: str | None, tables: dict[str, str], claims: Sequ
         md += [f"*{SMOKE_NOTE}*", ""]
     for title, table in tables.items():
         md += [f"## {safe(title)}", "", table, ""]
-    md += ["## Claims", ""] + [f"- **{verdict(c)}** {claim_text(c, markdown=True)}" for c in claims]
+    md += ["## Claims", ""] + [f"- **{safe(verdict(c))}** {claim_text(c, markdown=True)}" for c in claims]
     return "\n".join(md) + "\n"
 
 
