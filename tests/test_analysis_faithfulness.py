@@ -1,13 +1,14 @@
 """attention_jax.analysis.faithfulness: the circuit alone runs from the corrupted run (none) to the model
 (every edge); the smallest circuit is the first k past the share; a share of a gap too small to measure is
 refused, never returned; circuits run in memory-bounded batches."""
+import jax.numpy as jnp
 import numpy as np
 import pytest
 
 from attention_jax import ConfigError
 from attention_jax.analysis import discovery
 from attention_jax.analysis.discovery import edge_patch
-from attention_jax.analysis.faithfulness import circuit_faithfulness, faithfulness, smallest_circuit
+from attention_jax.analysis.faithfulness import circuit_faithfulness, faithfulness, gap_interval, smallest_circuit
 from attention_jax.analysis.pruning import circuit
 from attention_jax.errors import NotMeasurable
 
@@ -80,3 +81,21 @@ def test_many_circuits_run_in_batches_of_what_fits(case, monkeypatch):
     assert seen[1:] == [8, 8, 8, 8]                  # the two ends, then 30 circuits 8 at a time
     whole = circuit_faithfulness(*case, *[circuit(exact, k=k) for k in range(30)], batch_size=30)
     np.testing.assert_allclose(curve, whole, atol=1e-5)           # another batch, another rounding
+
+
+def test_the_gaps_bootstrap_interval_resamples_the_texts_per_prompt_values(case):
+    model, clean, corrupted, metric = case
+    got = gap_interval(model, clean, corrupted, metric, resamples=2000, seed=1)
+    each = np.asarray(metric.per_prompt(model(jnp.asarray(clean))) - metric.per_prompt(model(jnp.asarray(corrupted))))
+    draws = np.random.default_rng(1).integers(0, len(each), (2000, len(each)))
+    np.testing.assert_allclose([got.low, got.high], np.quantile(each[draws].mean(1), [0.025, 0.975]), rtol=1e-6)
+    assert got.value == pytest.approx(1.0, abs=1e-5) and got.texts == 2 and got.low <= got.value <= got.high
+    plain = gap_interval(model, clean, corrupted, lambda logits: metric(logits))      # no per_prompt: no interval
+    assert plain.low is None and not plain.within_noise
+
+
+def test_a_gap_within_its_noise_is_not_measurable(case, monkeypatch):
+    from attention_jax.analysis import faithfulness as F
+    monkeypatch.setattr(F, "gap_interval", lambda *a, **k: F.Gap(1.0, -0.5, 2.5, 2))
+    with pytest.raises(NotMeasurable, match="within its noise .* -0.5 to 2.5"):
+        circuit_faithfulness(*case, [])

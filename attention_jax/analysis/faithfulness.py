@@ -6,28 +6,70 @@
 Faithfulness is a share of the clean-corrupted gap in the metric, (m - m_corrupted) / (m_clean -
 m_corrupted): 1 where the circuit alone behaves as the model, 0 where as the corrupted run. A share
 of a gap means nothing where the gap is zero, not finite, or below `min_gap` (in the metric's own
-units): there every function here raises `NotMeasurable` instead of returning a number.
+units), or where it is within its noise (`gap_interval`: a bootstrap over the texts, for a metric
+that gives a value per text, as `patching`'s do): there every function here raises
+`NotMeasurable` instead of returning a number.
 """
 from __future__ import annotations
 
 import dataclasses
 
+import jax.numpy as jnp
 import numpy as np
 
 from attention_jax.analysis.checks import MIN_GAP, finite, gap, number, whole
 from attention_jax.analysis.discovery import EdgeScores, prepare
+from attention_jax.analysis.inspect import deterministic
+from attention_jax.analysis.patching import token_pair
 from attention_jax.analysis.pruning import circuit
-from attention_jax.errors import ConfigError
+from attention_jax.errors import ConfigError, NotMeasurable
+
+
+@dataclasses.dataclass(frozen=True)
+class Gap:
+    """The clean-corrupted gap in the metric, and its `level` bootstrap interval over the texts (None where
+    the metric gives no value per text: it has no `per_prompt`)."""
+    value: float
+    low: float | None
+    high: float | None
+    texts: int
+
+    @property
+    def within_noise(self) -> bool:
+        return self.low is not None and self.low <= 0.0 <= self.high
+
+
+def gap_interval(model, clean, corrupted, metric, *, resamples: int = 1000, level: float = 0.95,
+                 seed: int = 0) -> Gap:
+    """The metric's clean-corrupted gap, with a percentile bootstrap over the texts of the batch (the
+    metric's `per_prompt` values of both runs, the same texts drawn for both)."""
+    resamples, level = whole("resamples", resamples), number("level", level)
+    model = deterministic(model)
+    both = [jnp.asarray(t) for t in token_pair(model, clean, corrupted)]
+    value = float(metric(model(both[0]))) - float(metric(model(both[1])))
+    if not hasattr(metric, "per_prompt"):
+        return Gap(value, None, None, int(both[0].shape[0]))
+    each = np.asarray(metric.per_prompt(model(both[0])) - metric.per_prompt(model(both[1])), np.float64)
+    draws = np.random.default_rng(seed).integers(0, len(each), (resamples, len(each)))
+    low, high = np.quantile(each[draws].mean(1), [(1 - level) / 2, (1 + level) / 2])
+    return Gap(value, float(low), float(high), len(each))
+
 
 def circuit_faithfulness(model, clean, corrupted, metric, *circuits, min_gap: float = MIN_GAP,
                          batch_size: int | None = None) -> np.ndarray:
     """Each circuit (edge names, indices or a boolean array) alone, every other edge patched from the
     corrupted run: its share of the clean-corrupted gap. One patched forward a circuit, side by side in
-    memory-bounded batches (`batch_size`: how many)."""
+    memory-bounded batches (`batch_size`: how many). A gap below `min_gap`, or whose 95% bootstrap
+    interval over the texts holds 0 (a metric with `per_prompt`), is `NotMeasurable`."""
     at = prepare(model, clean, corrupted, metric)
     every = at.graph.mask(range(len(at.graph.edges)))
     ends = finite("the clean or the corrupted run", at.under(np.stack([np.zeros_like(every), every])))
     width = gap(ends[0], ends[1], min_gap)
+    noise = gap_interval(model, clean, corrupted, metric)
+    if noise.within_noise:
+        raise NotMeasurable(f"the clean-corrupted gap {noise.value:.3g} is within its noise (95% bootstrap interval "
+                            f"over the {noise.texts} texts: {noise.low:.3g} to {noise.high:.3g}): a share of it is "
+                            "not measurable; use more texts, or texts the model tells apart")
     masks = np.stack([every - at.graph.mask(c) for c in circuits]) if circuits else np.zeros((0, *every.shape))
     m = finite("a circuit alone", at.under(masks, batch_size)) if circuits else np.zeros(0)
     return (m - ends[1]) / width

@@ -75,6 +75,11 @@ def check_answers(answer, wrong, batch: int, vocab: int) -> None:
 
 def logit_diff(logits, answer, wrong, *, position: int = -1) -> jax.Array:
     """Mean over the batch of logit[answer] - logit[wrong] at `position` ([B] ids, or one id for all)."""
+    return jnp.mean(logit_diffs(logits, answer, wrong, position=position))
+
+
+def logit_diffs(logits, answer, wrong, *, position: int = -1) -> jax.Array:
+    """[B]: each text's logit[answer] - logit[wrong] at `position` ([B] ids, or one id for all)."""
     B, T, V = logits.shape
     if not -T <= position < T:
         raise ConfigError(f"position={position} is outside the text's {T} positions (from {-T} to {T - 1})")
@@ -82,7 +87,7 @@ def logit_diff(logits, answer, wrong, *, position: int = -1) -> jax.Array:
     at = logits[:, position]                                            # [B, V]
     rows = jnp.arange(B)
     pick = lambda ids: at[rows, jnp.broadcast_to(jnp.asarray(ids), rows.shape)]
-    return jnp.mean(pick(answer) - pick(wrong))
+    return pick(answer) - pick(wrong)
 
 
 def normalized_logit_diff(model, clean, corrupted, answer, wrong, *, position: int = -1,
@@ -121,6 +126,11 @@ class _Normalized:
         ld = logit_diff(logits, self.answer, self.wrong, position=self.position)
         return (ld - self.corrupted) / (self.clean - self.corrupted)
 
+    def per_prompt(self, logits):
+        """[B]: each text's value, whose mean the metric is (what a bootstrap over the texts resamples)."""
+        ld = logit_diffs(logits, self.answer, self.wrong, position=self.position)
+        return (ld - self.corrupted) / (self.clean - self.corrupted)
+
 
 def kl_divergence(model, clean, *, position: int | None = -1) -> Callable:
     """A metric over logits: KL(the clean run's next-token distribution || this run's), the mean over the batch
@@ -150,9 +160,14 @@ class _Divergence:
         return isinstance(other, _Divergence) and fingerprint(self) == fingerprint(other)
 
     def __call__(self, logits):
+        return jnp.mean(self.per_prompt(logits))
+
+    def per_prompt(self, logits):
+        """[B]: each text's divergence (the mean over its positions where `position` is None)."""
         logq = jax.nn.log_softmax(logits.astype(jnp.float32))
         logq = logq if self.position is None else logq[:, self.position]
-        return jnp.mean(jnp.sum(jnp.exp(self.clean) * (self.clean - logq), axis=-1))
+        each = jnp.sum(jnp.exp(self.clean) * (self.clean - logq), axis=-1)
+        return each if self.position is not None else jnp.mean(each, axis=-1)
 
 
 def token_pair(model, clean, corrupted) -> tuple[np.ndarray, np.ndarray]:
