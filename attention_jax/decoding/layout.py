@@ -3,21 +3,24 @@
 A decoded token reads every weight once for a few rows of activations, so its time is the
 weights' bytes over the memory's bandwidth, if the product streams them.
 
+Several rows (a batch, a prompt) go to XLA's matrix kernels (YNNPACK on a CPU), as do other
+backends. With bfloat16 weights the activations go in as two bfloat16 parts, hi + lo (16 bits
+of mantissa), so the weights are rounded and each is still read once; an [out, in] matrix
+streams faster as the product's left operand than as its right one. Int8 weights
+(`quantized`: a scale per output, each row of [out, in] rounded to 255 levels) go to XLA's
+int8 kernel: the activations as two int8 parts of one scale a row (x ≈ a·(x1 + x2/254), 15
+bits of the row's largest value), the products summed exactly in int32. Float16 weights are
+widened back to float32 once, their values still float16's: two float16 parts would overflow
+past 65504. The output layer tied to the token table reads it as it is, [out, in] = [V, D].
+
 One row of float32 activations on a CPU (batch 1, the common case) goes to `_widened_row`:
 the row times the transposed weight, widened to float32 inside the product. XLA's CPU backend
 compiles that into one loop over the weight's rows, split over the cores, that widens each
-element as it reads it: bfloat16 and int8 weights are read once in their own bytes, and the
-sums are float32's, so only the weights are rounded.
-
-Several rows (a batch, a prompt) go to XLA's matrix kernels (YNNPACK on a CPU), as do other
-backends. With bfloat16 weights the activations go in as two bfloat16 parts, hi + lo (16 bits
-of mantissa), so only the weights are rounded and each is still read once; an [out, in]
-matrix streams faster as the product's left operand than as its right one. Int8 weights
-(`quantized`: a scale per output, each row of [out, in] rounded to 255 levels) go to XLA's
-int8 kernel: the activations as two int8 parts of one scale a row (x ≈ a·(x1 + x2/254), 15
-bits), the products summed exactly in int32. Float16 weights are widened back to float32
-once, their values still float16's: two float16 parts would overflow past 65504. The output
-layer tied to the token table reads it as it is, already [out, in] = [V, D].
+element as it reads it: bfloat16 and int8 weights are read once in their own bytes, the sums
+float32's. The row is first rounded to the very parts a matrix kernel takes (`_one_row`), so a
+row's numbers are its own, alone or in any batch: int8's one scale a row, set by its largest
+value, would otherwise round a batch's rows and leave a lone row exact, and an outlier feature
+(a value 10^4 times the rest) then wrote other text in a batch than alone.
 
 The twins hold the layer's matrix transposed (and its bias): `generate.Decoder` makes them
 once. They compute no gradient: decoding only.
@@ -51,14 +54,40 @@ def _streamed(weight, parts, accumulate):
     return jax.lax.optimization_barrier(y).T.reshape(len(parts), *parts[0].shape[:-1], -1)
 
 
-def _int8_product(x, weight, scale):
-    """x [..., in] · (weight·scale)ᵀ, x in two int8 parts of one scale per row, summed in int32."""
+def _int8_parts(x):
+    """x [..., in] as a·(x1 + x2/254): one scale `a` a row (its largest magnitude over 127), x1
+    its int8 levels, x2 the remainder's (|r| <= 1/2) on 254ths. A row's own: no other row moves
+    them."""
     a = jnp.max(jnp.abs(x), axis=-1, keepdims=True) / 127
     a = jnp.where(a > 0, a, 1.0)
     x1 = jnp.round(x / a)
-    x2 = jnp.round((x / a - x1) * 254)                  # the remainder, |r| <= 1/2, on 254ths
+    return a, x1, jnp.round((x / a - x1) * 254)
+
+
+def _bfloat16_parts(x):
+    """x as hi + lo, two bfloat16 parts: 16 bits of each value's mantissa."""
+    hi = x.astype(jnp.bfloat16)
+    return hi, (x - hi.astype(x.dtype)).astype(jnp.bfloat16)
+
+
+def _int8_product(x, weight, scale):
+    """x [..., in] · (weight·scale)ᵀ: x as two int8 parts of one scale a row, summed in int32."""
+    a, x1, x2 = _int8_parts(x)
     y = _streamed(weight, [x1.astype(jnp.int8), x2.astype(jnp.int8)], jnp.int32).astype(jnp.float32)
     return (a * (y[0] + y[1] / 254) * scale).astype(x.dtype)
+
+
+def _one_row(x, weight, scale):
+    """One row by `_widened_row`, its activations rounded to the very parts the matrix kernels take
+    for each row of a batch (int8's two of one scale, bfloat16's hi + lo): a row decodes alike
+    alone and in any batch, the two differing by float32's rounding of the sums alone."""
+    if weight.dtype == jnp.int8:
+        a, x1, x2 = _int8_parts(x)
+        return a * _widened_row(x1 + x2 / 254, weight, None) * scale
+    if weight.dtype == jnp.bfloat16:
+        hi, lo = _bfloat16_parts(x)
+        return _widened_row(hi.astype(x.dtype) + lo.astype(x.dtype), weight, scale)
+    return _widened_row(x, weight, scale)
 
 
 def _widened_row(x, weight, scale):
@@ -79,7 +108,7 @@ def product(x, weight, scale=None, *, backend=None) -> jax.Array:
     None: the default devices)."""
     if x.size == x.shape[-1] and x.dtype == jnp.float32 and backend_of(backend).cpu:
         with jax.named_scope("cpu_only"):     # the cross-lowering tests look for this name in cuda/tpu programs
-            return _widened_row(x, weight, scale)
+            return _one_row(x, weight, scale)
     if weight.dtype == jnp.int8:
         return _int8_product(x.astype(jnp.float32), weight, scale).astype(x.dtype)
     contract = (((x.ndim - 1,), (1,)), ((), ()))
@@ -90,8 +119,7 @@ def product(x, weight, scale=None, *, backend=None) -> jax.Array:
         if x.size == x.shape[-1]:
             return jax.lax.dot_general(x, weight.astype(x.dtype), contract)
         return _streamed(weight.astype(x.dtype), [x], x.dtype)[0]
-    hi = x.astype(weight.dtype)
-    y = _streamed(weight, [hi, (x - hi.astype(x.dtype)).astype(weight.dtype)], jnp.float32)
+    y = _streamed(weight, list(_bfloat16_parts(x)), jnp.float32)
     return (y[0] + y[1]).astype(x.dtype)
 
 
