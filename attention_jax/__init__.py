@@ -9,7 +9,8 @@ The library in wings, each a folder or a file:
 - `train`: the training engine (one compiled step, N seeds at once); `data`: corpus and batches;
 - `decoding`: `generate` and what it runs (loops, key/value cache, weight layout);
 - `analysis`: looking inside (`inspect`), patching, edges, circuit discovery, circuits, viewer;
-- `pretrained`: GPT-2's weights in these modules.
+- `pretrained`: GPT-2's weights in these modules; `compiled`: tracr's compiled RASP programs,
+  with the circuit each truly is.
 
 The names below load on first use, so `import attention_jax.config` does not pay for
 importing JAX (a program can parse its settings into configs first).
