@@ -84,3 +84,22 @@ def test_what_a_cache_cannot_hold_is_refused_in_one_line():
     decoding.undo()
     with ablate(model, bidirectional=True), pytest.raises(ConfigError, match="a Bidirectional mask cannot decode"):
         cached(model, 1)
+
+
+def test_no_rows_and_tokens_of_another_shape_are_refused_in_one_line():
+    """An empty batch, a count that is no whole number, padding that is no numbers, tokens not [B, t]:
+    each was a TypeError or ZeroDivisionError from deep inside JAX."""
+    model = LanguageModel(SMALL, rngs=nnx.Rngs(0))
+    for batch, max_len in ((0, 8), (-1, 8), (2.5, 8), (True, 8), ("2", 8), (1, 0), (1, 2.0)):
+        with pytest.raises(ConfigError, match=r"a cache holds whole numbers >= 1 of rows and of slots") as err:
+            cached(model, batch, max_len)
+        assert "\n" not in str(err.value)
+    for bad in ("ab", [0, None]):
+        with pytest.raises(ConfigError, match=r"padding=.*give one whole number per row, \[2\]"):
+            cached(model, 2, padding=bad)
+    decoding = cached(model, 2, 8)
+    for shape in ((3, 2), (2,), (2, 1, 1), (2, 0)):
+        with pytest.raises(ConfigError, match=r"tokens of shape .* for a cache of 2 row\(s\): give \[2, t\] ids"):
+            decoding(jnp.zeros(shape, jnp.int32))
+    assert decoding(jnp.zeros((2, 3), jnp.int32)).shape == (2, 3, SMALL.vocab_size)     # and then it decodes
+    decoding.undo()

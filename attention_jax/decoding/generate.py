@@ -23,7 +23,7 @@ import jax.numpy as jnp
 import numpy as np
 from flax import nnx
 
-from attention_jax.decoding import layout, loops
+from attention_jax.decoding import layout, loops, memory
 from attention_jax.decoding.loops import next_token  # noqa: F401  (part of generate's API)
 from attention_jax.errors import ConfigError, GenerationInterrupted
 from attention_jax.model import Bidirectional, check_ids
@@ -210,6 +210,9 @@ class Decoder:
         """Each row's prompt + n new ids (rows and options checked by `_checked`)."""
         lengths = np.array([len(r) for r in rows], np.int32)
         P, T = int(lengths.max()), self.config.context
+        memory.check(memory.needed(self.config, len(rows), P, int(n), cache=cache),
+                     f"decoding {len(rows)} row(s) of up to {P} + {n} ids",
+                     "decode fewer rows at once")
         options = dict(n=int(n), greedy=greedy, top_k=None if top_k is None else int(top_k))
         key, temperature = jax.random.key(0) if key is None else key, jnp.float32(1.0 if greedy else temperature)
         # With the cache a row's text ends at the last column (padding on the left); without, each
@@ -259,16 +262,20 @@ def generate(model, prompt, n: int, *, key=None, temperature: float = 1.0, top_k
     to decode with (`attention_jax.speed`, and decoding's layout of the weights,
     `decoding.layout`); None: the model as built. With the cache, attention is the model's own
     whatever the form (`Speed.describe(config, decoding=True)`): a query reads the slots its row
-    has written, a mask no form takes. `weights`: the dtype the weight matrices are
-    read in while decoding ("bfloat16": half the bytes a token reads, each rounded once;
-    activations and sums stay float32; "int8": a quarter, 255 levels a row of [out, in] with a
-    float32 scale each; `decoding.layout` says how each is read); the caller's model is not changed.
-    `backend`: the devices to decode on (`speed.backend_of`; None: the default ones). Each call
-    prepares the model again; `Decoder(model, ...)` prepares it once for many calls.
+    has written, a mask no form takes. `weights`: the dtype the weight matrices are read in
+    while decoding ("bfloat16": half the bytes a token reads, each rounded once, the activations
+    kept to 16 bits of mantissa and the sums float32's; "int8": a quarter, 255 levels a row of
+    [out, in] with a float32 scale each, each row of activations in two int8 parts of its own
+    scale; either way a row's numbers are the same alone as in a batch; `decoding.layout` says how
+    each is read); the caller's model is not changed. `backend`: the devices to decode on
+    (`speed.backend_of`; None: the default ones). Each call prepares the model again;
+    `Decoder(model, ...)` prepares it once for many calls.
 
-    Logits that are not finite (float16 weights past their range, a model whose weights hold NaN)
-    stop the decoding with one line naming the fix, never a run of token 0; Ctrl-C stops it within
-    about a quarter of a second, raising `errors.GenerationInterrupted` with the texts drawn so far.
+    A batch whose cache, text and logits pass the free memory is refused in one line before any
+    is allocated (`decoding.memory`). Logits that are not finite (float16 weights past their
+    range, a model whose weights hold NaN) stop the decoding with one line naming the fix, never a
+    run of token 0; Ctrl-C stops it within about a quarter of a second, raising
+    `errors.GenerationInterrupted` with the texts drawn so far.
     """
     rows, greedy, one = _checked(model.config, prompt, n, key, temperature, top_k, cache)   # before preparing the model
     texts = Decoder(model, speed=speed, weights=weights, backend=backend)._decode(rows, greedy, n, key, temperature,

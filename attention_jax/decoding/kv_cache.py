@@ -22,6 +22,7 @@ import jax.numpy as jnp
 import numpy as np
 from flax import nnx
 
+from attention_jax.decoding import memory
 from attention_jax.errors import ConfigError
 from attention_jax.layers import CausalMask, PositionTable, SinusoidalPositions
 from attention_jax.model import Head, MultiHeadAttention, UniformAverage
@@ -142,15 +143,23 @@ class Cached(Swapped):
         """A model whose twins are in already (merged again from its state, inside a compiled loop)."""
         return cls(model, next((m for _, m in nnx.iter_modules(model) if isinstance(m, Clock)), None), {})
 
+    def _check(self, shape: tuple) -> None:
+        """One line for tokens the cache cannot take: not [rows, t], t >= 1, or past its slots."""
+        clock, rows = self.clock, self.clock.start.shape[0]
+        if len(shape) != 2 or shape[0] != rows or not shape[1]:
+            raise ConfigError(f"tokens of shape {shape} for a cache of {rows} row(s): give "
+                              f"[{rows}, t] ids, t >= 1")
+        written = clock.index[...]
+        if not isinstance(written, jax.core.Tracer) and int(written) + shape[1] > clock.length:
+            raise ConfigError(f"the cache holds {clock.length} positions and {int(written)} are "
+                              f"written: {shape[1]} more do not fit; decode with a longer max_len")
+
     def __call__(self, tokens):
-        clock, new = self.clock, tokens.shape[-1]
-        if clock is not None and not isinstance(clock.index[...], jax.core.Tracer) and \
-                int(clock.index[...]) + new > clock.length:
-            raise ConfigError(f"the cache holds {clock.length} positions and {int(clock.index[...])} are written: "
-                              f"{new} more do not fit; decode with a longer max_len")
+        if self.clock is not None:    # a model of no mixer and no positions keeps nothing, no clock
+            self._check(np.shape(tokens))
         logits = self.model(tokens)
-        if clock is not None:         # a model of no mixer and no positions keeps nothing, and needs no clock
-            clock.index[...] += new
+        if self.clock is not None:
+            self.clock.index[...] += np.shape(tokens)[1]
         return logits
 
 
@@ -167,18 +176,41 @@ TWINS = {
 }
 
 
+def _whole(value) -> bool:
+    """A whole number >= 1, not a bool."""
+    integral = isinstance(value, (int, np.integer)) and not isinstance(value, (bool, np.bool_))
+    return integral and value >= 1
+
+
+def _start(batch: int, max_len: int, padding) -> np.ndarray:
+    """Each row's first slot, [batch] int32, or one line for a `padding` that gives none."""
+    try:
+        start = np.zeros((batch,), np.int32) if padding is None else np.asarray(padding)
+    except (TypeError, ValueError):         # rows of other shapes, values that are no numbers
+        start = np.asarray(None)
+    if start.shape != (batch,) or not np.issubdtype(start.dtype, np.integer) or (
+            start.min() < 0 or start.max() >= max_len):
+        raise ConfigError(f"padding={start.tolist()}: give one whole number per row, [{batch}], "
+                          f"each from 0 to {max_len - 1} (slots before the row's text)")
+    return start.astype(np.int32)
+
+
 def cached(model, batch: int, max_len: int | None = None, *, padding=None) -> Cached:
-    """`model` made to decode `batch` texts of up to `max_len` slots (default its context), in place:
-    see the module's docstring. `padding` ([batch] whole numbers, default 0): slots of left padding a row."""
-    cfg, max_len = model.config, max_len or model.config.context
+    """`model` made to decode `batch` texts of up to `max_len` slots (default its context), in
+    place: see the module's docstring. `padding` ([batch] whole numbers, default 0): slots of left
+    padding a row. What cannot be (no row, a cache past the free memory) is refused in one line."""
+    cfg = model.config
+    max_len = cfg.context if max_len is None else max_len
+    if not _whole(batch) or not _whole(max_len):
+        raise ConfigError(f"batch={batch!r}, max_len={max_len!r}: a cache holds whole numbers >= 1 "
+                          "of rows and of slots a row")
     if cfg.positions == "learned" and max_len > cfg.max_positions_used:
         raise ConfigError(f"a cache of {max_len} positions passes the learned position table "
                           f"({cfg.max_positions_used} rows); decode at most {cfg.max_positions_used}")
-    start = jnp.zeros((batch,), jnp.int32) if padding is None else jnp.asarray(padding)
-    if start.shape != (batch,) or not jnp.issubdtype(start.dtype, jnp.integer) or batch and (
-            start.min() < 0 or start.max() >= max_len):
-        raise ConfigError(f"padding={np.asarray(start).tolist()}: give one whole number per row, [{batch}], each "
-                          f"from 0 to {max_len - 1} (slots before the row's text)")
+    start = _start(batch, max_len, padding)
+    memory.check({"cache": memory.cache_bytes(cfg, batch, max_len)},
+                 f"a cache of {batch} row(s) of {max_len} slots",
+                 "decode fewer rows at once, or fewer slots")
     clock = Clock(max_len, start)
     parts = twins(model, TWINS, clock=clock, config=cfg)
     return Cached(model, clock if parts else None, parts)
