@@ -12,7 +12,7 @@ from attention_jax import ConfigError
 from attention_jax.analysis import discovery
 from attention_jax.analysis.attribution import edge_attribution
 from attention_jax.analysis.discovery import EdgeScores, edge_patch, patch_paths
-from attention_jax.analysis.inspect import ablate
+from attention_jax.analysis.inspect import ablate, run_with_cache
 from attention_jax.analysis.patching import normalized_logit_diff
 from attention_jax.errors import NotMeasurable
 from attention_jax.model import LanguageModel
@@ -121,3 +121,19 @@ def test_discovery_scores_the_model_as_it_is_live_hook_patches_included(norm):
     from_head = [i for i, n in enumerate(exact.graph.names()) if n.startswith("0.h1->")]
     assert np.abs(exact.effect[from_head]).max() < 1e-5 and np.abs(eap.effect[from_head]).max() < 1e-5   # rounding
     assert np.abs(plain.effect[from_head]).max() > 1e-4        # without the ablation they do carry something
+
+
+def test_zero_and_mean_ablation_patch_in_zeros_and_the_corrupted_texts_mean():
+    """Every edge patched: with zero ablation the logits read the output biases alone; with mean ablation the
+    corrupted texts' mean stream (a pre-norm stream is the sum of its senders)."""
+    model, clean, corrupted, metric = discovery_case("pre")
+    every = range(len(edge_patch(*(model, clean, corrupted, metric)).graph.edges))
+    _, cache = run_with_cache(model, jnp.asarray(corrupted), ["final"])
+    biases = sum(b.mixer.out.bias[...] for b in model.blocks)
+    zero = model.unembed(jnp.broadcast_to(biases, cache["final"].shape))
+    mean = model.unembed(jnp.broadcast_to(cache["final"].mean(0, keepdims=True), cache["final"].shape))
+    for ablation, logits in (("zero", zero), ("mean", mean)):
+        got = patch_paths(model, clean, corrupted, metric, every, ablation=ablation)[0]
+        assert got == pytest.approx(float(metric(logits)), abs=1e-4), ablation
+    with pytest.raises(ConfigError, match="ablation='noise'"):
+        edge_patch(model, clean, corrupted, metric, ablation="noise")

@@ -63,19 +63,20 @@ def _scores(at, grads, method: str) -> EdgeScores:
     return EdgeScores(at.graph, finite("a gradient", np.asarray(grads, np.float64)[s, r]), method, float(base))
 
 
-def edge_attribution(model, clean, corrupted, metric) -> EdgeScores:
-    """EAP (Syed et al. 2023): every edge's effect estimated by the gradient at none patched."""
-    at = prepare(model, clean, corrupted, metric)
+def edge_attribution(model, clean, corrupted, metric, *, ablation: str = "resample") -> EdgeScores:
+    """EAP (Syed et al. 2023): every edge's effect estimated by the gradient at none patched; `ablation`:
+    what a patched edge carries (`discovery.prepare`)."""
+    at = prepare(model, clean, corrupted, metric, ablation)
     g = _mask_gradients(at.graphdef, at.state, at.tokens, at.others, jnp.zeros(1), graph=at.graph,
                         metric=at.metric)[0]
     return _scores(at, g, "eap")
 
 
-def mask_ig(model, clean, corrupted, metric, *, steps: int = 16) -> EdgeScores:
+def mask_ig(model, clean, corrupted, metric, *, steps: int = 16, ablation: str = "resample") -> EdgeScores:
     """Integrated gradients over the edge masks (auto-circuit's "mask gradient" IG): the gradient with
     respect to every edge's share, averaged at `steps` midpoints from none patched to every edge patched."""
     steps = whole("steps", steps)
-    at = prepare(model, clean, corrupted, metric)
+    at = prepare(model, clean, corrupted, metric, ablation)
     run = lambda a: _mask_gradients(at.graphdef, at.state, at.tokens, at.others, jnp.asarray(a), graph=at.graph,
                                     metric=at.metric)
     alphas = ((np.arange(steps) + 0.5) / steps).astype(np.float32)

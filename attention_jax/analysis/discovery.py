@@ -86,14 +86,25 @@ class Setup:
         return np.asarray(map_batches(run, np.asarray(masks, np.float32), batch_size, self.side), np.float64)
 
 
-def prepare(model, clean, corrupted, metric) -> Setup:
-    """`Setup` for `model` (dropout off, live hook patches kept) on a clean and a corrupted text."""
+ABLATIONS = ("resample", "zero", "mean")
+
+
+def prepare(model, clean, corrupted, metric, ablation: str = "resample") -> Setup:
+    """`Setup` for `model` (dropout off, live hook patches kept) on a clean and a corrupted text. What a
+    patched edge carries, `ablation`: its sender's output on the corrupted text ("resample"), zero
+    ("zero", ACDC's tracr circuits), or its mean over the corrupted texts at each position ("mean")."""
+    if ablation not in ABLATIONS:
+        raise ConfigError(f"ablation={ablation!r}; choose 'resample' (the corrupted run's outputs), 'zero' or "
+                          "'mean' (their mean over the corrupted texts)")
     model = deterministic(model)
     clean, corrupted = token_pair(model, clean, corrupted)
     graph = E.graph_of(model)
-    keyed = check_metric(metric, (*clean.shape, model.config.vocab_size))
+    keyed = check_metric(metric, (*clean.shape, model.config.output_size_used))
     graphdef, state = nnx.split(model)
     others = _recorded(graphdef, state, jnp.asarray(corrupted)).senders
+    if ablation != "resample":
+        others = jnp.zeros_like(others) if ablation == "zero" else \
+            jnp.broadcast_to(others.mean(axis=1, keepdims=True), others.shape)
     # Each patched forward holds every head's own q, k and v input: three streams a head beside the block's.
     side = max(1, side_by_side(model.config, clean.shape) // (1 + max(1, model.config.heads_used)))
     return Setup(graph, keyed, graphdef, state, jnp.asarray(clean), jnp.asarray(corrupted), others, side)
@@ -127,11 +138,12 @@ def _one_edge(graphdef, state, tokens, others, mine, pairs, *, graph, metric, st
     return jax.vmap(lambda p: metric(E.run_edge(model, graph, tokens, others, p, start=start, mine=mine)))(pairs)
 
 
-def edge_patch(model, clean, corrupted, metric, *, batch_size: int | None = None) -> EdgeScores:
+def edge_patch(model, clean, corrupted, metric, *, batch_size: int | None = None,
+               ablation: str = "resample") -> EdgeScores:
     """The exact effect of patching each edge alone: the metric of the clean run with that edge's sender
     output taken from the corrupted run, minus the clean metric. `batch_size`: patched forwards side by
-    side (default: as many as fit in `patching.MEMORY`)."""
-    at = prepare(model, clean, corrupted, metric)
+    side (default: as many as fit in `patching.MEMORY`); `ablation`: what a patched edge carries (`prepare`)."""
+    at = prepare(model, clean, corrupted, metric, ablation)
     base = finite("the clean run", at.under(at.graph.mask([])[None]))[0]
     g, n = at.graph, model.config.n_layers
     mine = recorded(at, at.tokens)
@@ -145,10 +157,11 @@ def edge_patch(model, clean, corrupted, metric, *, batch_size: int | None = None
     return EdgeScores(g, finite("an edge patched", values) - base, "exact", float(base))
 
 
-def patch_paths(model, clean, corrupted, metric, *sets, batch_size: int | None = None) -> np.ndarray:
+def patch_paths(model, clean, corrupted, metric, *sets, batch_size: int | None = None,
+                ablation: str = "resample") -> np.ndarray:
     """The metric with each set of edges (names, indices or a boolean array) patched at once: path
     patching. One value a set; the sets run side by side in memory-bounded batches."""
     if not sets:
         raise ConfigError("give at least one set of edges to patch (a list of names or indices; [] patches none)")
-    at = prepare(model, clean, corrupted, metric)
+    at = prepare(model, clean, corrupted, metric, ablation)
     return finite("a set patched", at.under(np.stack([at.graph.mask(s) for s in sets]), batch_size))

@@ -234,7 +234,7 @@ def side_by_side(config, shape) -> int:
     every block's residual stream, projections, feed-forward and [H, T, T] scores, and the logits."""
     B, T = shape
     per_block = 8 * config.d_model + 2 * config.d_ff * config.feed_forward + 3 * config.heads_used * T
-    one = 4 * B * T * (config.n_layers * per_block + 2 * config.vocab_size)
+    one = 4 * B * T * (config.n_layers * per_block + 2 * config.output_size_used)
     return max(1, MEMORY // one)
 
 
@@ -319,7 +319,7 @@ def attribution_patch(model, clean, corrupted, metric: Callable, *, hook: str = 
     in the patched activation over the change; see docs/library.md for where it is not."""
     model = deterministic(model)
     target, source, names, grid = _plan(model, clean, corrupted, hook, by, into)
-    keyed = check_metric(metric, (*target.shape, model.config.vocab_size))
+    keyed = check_metric(metric, (*target.shape, model.config.output_size_used))
     graphdef, state = nnx.split(model)
     came, was = (hook_values(graphdef, state, tokens, names=tuple(names)) for tokens in (source, target))
     grads = _hook_gradients(graphdef, state, target, {n: jnp.zeros_like(was[n]) for n in names}, names=tuple(names),

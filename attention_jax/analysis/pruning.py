@@ -58,7 +58,7 @@ RULES = ("one_sided", "two_sided")
 
 
 def acdc(model, clean, corrupted, metric, *, threshold: float, rule: str = "one_sided",
-         resume: ACDCState | None = None) -> list[str]:
+         ablation: str = "resample", resume: ACDCState | None = None) -> list[str]:
     """ACDC's greedy pruning (Conmy et al. 2023): from the whole model, each edge in turn (receivers from
     the logits back, each one's senders latest first) is patched for good when that worsens the metric
     by less than `threshold` from the circuit left so far (the paper's one-sided rule: an edge whose
@@ -66,12 +66,12 @@ def acdc(model, clean, corrupted, metric, *, threshold: float, rule: str = "one_
     either way. Worse is lower, or higher for a metric whose `lower_is_better` is true (a divergence,
     `patching.kl_divergence`). The edges never patched, less those off every path to the logits, by
     name. One patched forward an edge, one after another (each decision depends on the ones before),
-    every one the same compiled program. Ctrl-C raises `SearchInterrupted`, whose `.state` given back as
-    `resume` goes on where it stopped."""
+    every one the same compiled program; `ablation`: what a patched edge carries (`discovery.prepare`).
+    Ctrl-C raises `SearchInterrupted`, whose `.state` given back as `resume` goes on where it stopped."""
     threshold = number("threshold", threshold)
     if rule not in RULES:
         raise ConfigError(f"rule={rule!r}; choose 'one_sided' (the paper's) or 'two_sided'")
-    at = prepare(model, clean, corrupted, metric)
+    at = prepare(model, clean, corrupted, metric, ablation)
     g, sign = at.graph, -1.0 if getattr(metric, "lower_is_better", False) else 1.0
     order = sorted(range(len(g.edges)), key=lambda e: (-g.edges[e][1], -g.edges[e][0]))
     state = resume or ACDCState(g.mask([]), float(finite("the clean run", at.under(g.mask([])[None]))[0]), 0)
