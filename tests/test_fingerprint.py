@@ -95,3 +95,89 @@ def test_a_digest_is_the_same_in_another_process_and_tells_code_apart():
     from attention_jax.fingerprint import digest
     assert other == digest(reads_a_global_through_a_helper) != digest(recursive)
     assert digest(jnp.mean) == digest(jnp.mean)
+
+
+class Settings:
+    """A class used as a namespace, as a metric of one's own might read its settings."""
+    SCALE = 2.0
+    UNREAD = [object()]                      # nothing reads it: no reason for a key equal to nothing
+
+    @classmethod
+    def scaled(cls, x):
+        return x * cls.FACTOR
+
+    FACTOR = 3.0
+
+
+def reads_a_class(x):
+    return x * Settings.SCALE
+
+
+def calls_a_class_method(x):
+    return Settings.scaled(x)
+
+
+def test_a_class_is_keyed_by_what_the_code_reads_of_it_not_by_its_identity():
+    """A setting read from a class (a namespace, a class in a closure, through its own method) was keyed
+    by the class's identity: after it changed, the program traced with the old value was served."""
+    closure = (lambda cls: (lambda x: x * cls.SCALE))(Settings)
+    first = {f: Keyed(f) for f in (reads_a_class, calls_a_class_method, closure)}
+    assert all(Keyed(f) == k for f, k in first.items())                  # still cached: equal to itself
+    try:
+        Settings.SCALE = 5.0
+        assert Keyed(reads_a_class) != first[reads_a_class] and Keyed(closure) != first[closure]
+        assert Keyed(calls_a_class_method) == first[calls_a_class_method]  # it reads FACTOR, not SCALE
+        Settings.FACTOR = 4.0
+        assert Keyed(calls_a_class_method) != first[calls_a_class_method]
+    finally:
+        Settings.SCALE, Settings.FACTOR = 2.0, 3.0
+    assert all(Keyed(f) == k for f, k in first.items())
+
+
+def test_a_dataclass_s_method_and_a_module_in_a_closure_count_what_they_read():
+    import types
+
+    @dataclasses.dataclass(frozen=True)
+    class Scaled:
+        answer: int
+
+        def __call__(self, logits):
+            return logits[..., self.answer] * SCALE          # a global its method reads
+    global SCALE
+    first = Keyed(Scaled(1))
+    settings = types.ModuleType("settings")
+    settings.ANSWER = 3
+    held = (lambda module: (lambda x: x + module.ANSWER))(settings)
+    before = Keyed(held)
+    try:
+        SCALE = 3.0
+        assert Keyed(Scaled(1)) != first
+        settings.ANSWER = 7
+        assert Keyed(held) != before
+    finally:
+        SCALE = 2.0
+    assert Keyed(Scaled(1)) == first
+
+
+def test_a_sweep_gives_the_new_number_after_a_class_attribute_its_metric_reads_changes():
+    """The patching sweep compiles its metric in: keyed by the class's identity, it was served the
+    program traced with the old setting, and gave the old number."""
+    from flax import nnx
+    from attention_jax.analysis.patching import activation_patch
+    from attention_jax.config import ModelConfig
+    from attention_jax.model import LanguageModel
+    model = LanguageModel(ModelConfig(vocab_size=16, context=6, d_model=16, n_heads=2), rngs=nnx.Rngs(0))
+    clean = np.array([[1, 2, 3, 4, 5, 6]])
+    corrupted = clean.copy()
+    corrupted[0, 2] = 9
+    held = (lambda cls: (lambda logits: logits[0, -1, 3] * cls.SCALE))(Settings)
+    for metric in (lambda logits: logits[0, -1, 3] * Settings.SCALE, held):
+        sweep = lambda: activation_patch(model, clean, corrupted, metric, into="corrupted").values
+        first = sweep()
+        try:
+            Settings.SCALE = 5.0
+            again = sweep()
+        finally:
+            Settings.SCALE = 2.0
+        assert np.abs(first).max() > 0
+        np.testing.assert_allclose(again, first * 2.5, rtol=1e-5)
