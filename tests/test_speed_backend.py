@@ -34,6 +34,9 @@ def test_names_and_aliases():
 @pytest.mark.parametrize("make, needle", [
     (lambda: Backend("metal"), "backend 'metal'; choose one of cpu, cuda, rocm, tpu"),
     (lambda: Backend("cuda", "8.0"), "capability='8.0' must be a GPU's compute capability"),
+    (lambda: Backend("cuda", float("nan")), "capability=nan must be a GPU's compute capability"),
+    (lambda: Backend("cuda", float("inf")), "capability=inf must be a GPU's compute capability"),
+    (lambda: Backend("cuda", -8.0), "capability=-8.0 must be a GPU's compute capability"),
     (lambda: Backend("tpu", 8.0), "capability=8.0 is an NVIDIA GPU's; the tpu backend has none"),
     (lambda: backend_of(3), "backend=3: give a name"),
     (lambda: backend_of([]), "backend=[]: give a name"),
@@ -66,6 +69,9 @@ def test_programs_built_for_a_backend_read_no_device_while_traced(monkeypatch):
     config = ModelConfig(vocab_size=32, context=8, d_model=16, n_layers=1, n_heads=2, dtype="bfloat16")
     engine = Engine(config, TrainConfig(batch_size=2), backend="tpu")
     decoder = Decoder(LanguageModel(config, rngs=nnx.Rngs(0)), backend="tpu", weights="bfloat16")
+    from attention_jax.decoding import loops as decode
+    # Made before: making the cache asks this process's devices how much memory they have free.
+    graph, empty, rest = decode.cached_model(decoder.graphdef, decoder.state, 1, 4)
 
     def refuse():
         raise AssertionError("a program asked for this process's devices while it was traced")
@@ -74,8 +80,6 @@ def test_programs_built_for_a_backend_read_no_device_while_traced(monkeypatch):
     state, x = engine.abstract_state([0]), jax.ShapeDtypeStruct((2, 8), jnp.int32)
     engine._step.trace(state, {"x": x, "y": x})
     engine._nll.trace(state, x, x, None)
-    from attention_jax.decoding import loops as decode
-    graph, empty, rest = decode.cached_model(decoder.graphdef, decoder.state, 1, 4)
     decode.prefill.trace(graph, rest, empty, np.zeros((1, 3), np.int32), np.zeros(1, np.int32))
     cache, logits = jax.eval_shape(lambda: decode.prefill(graph, rest, empty, np.zeros((1, 3), np.int32),
                                                           np.zeros(1, np.int32)))

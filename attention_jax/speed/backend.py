@@ -15,6 +15,7 @@ tpu, a mesh) gets their forms, not the CPU's.
 from __future__ import annotations
 
 import dataclasses
+import math
 
 from attention_jax.errors import ConfigError
 
@@ -33,9 +34,10 @@ class Backend:
         platform = ALIASES.get(self.platform, self.platform)
         if platform not in PLATFORMS:
             raise ConfigError(f"backend {self.platform!r}; choose one of {', '.join(PLATFORMS)} (or 'gpu' for cuda)")
-        if self.capability is not None and (isinstance(self.capability, bool)
-                                            or not isinstance(self.capability, (int, float)) or self.capability <= 0):
-            raise ConfigError(f"capability={self.capability!r} must be a GPU's compute capability, such as 8.0")
+        c = self.capability
+        number = isinstance(c, (int, float)) and not isinstance(c, bool)
+        if c is not None and not (number and math.isfinite(c) and c > 0):    # nan passes `c <= 0`
+            raise ConfigError(f"capability={c!r} must be a GPU's compute capability, such as 8.0")
         if self.capability is not None and platform != "cuda":
             raise ConfigError(f"capability={self.capability} is an NVIDIA GPU's; the {platform} backend has none")
         object.__setattr__(self, "platform", platform)
@@ -63,7 +65,7 @@ def _of_device(device) -> Backend:
         capability = float(getattr(device, "compute_capability", ""))
     except (TypeError, ValueError):
         capability = None
-    return Backend("cuda", capability)
+    return Backend("cuda", capability if capability and math.isfinite(capability) else None)
 
 
 def backend_of(where=None) -> Backend:
