@@ -284,3 +284,26 @@ def test_a_circuit_view_of_edges_the_graph_lacks_is_refused_in_one_line():
     assert len(viewer.CircuitView(scores).payload()["edges"]) <= 20      # the default: the top 20's circuit
     with pytest.raises(ConfigError, match="no edge '9.h9->logits'"):
         viewer.CircuitView(scores, ["9.h9->logits"])
+
+
+def test_another_kind_of_result_or_a_title_that_is_no_text_is_refused_in_one_line():
+    """Each view given the result another view shows, or numbers in no array, or a title that is no
+    text, said so in one line; it was a TypeError, an AttributeError or a ValueError from deep inside."""
+    from attention_jax.analysis.patching import Sweep
+    model, ids = tiny()
+    att, scores = viewer.view(model, ids), _edge_scores()
+    sweep = Sweep(np.zeros((2, 12)), ("layer", "position"), "resid_pre")
+    for make, said in [(lambda: viewer.AttentionView(sweep, ids), "this is a patching sweep: show it with PatchingView"),
+                       (lambda: viewer.PatchingView(att), "PatchingView shows a patching sweep .*a view already"),
+                       (lambda: viewer.PatchingView(scores), "this is edge scores: draw them with CircuitView"),
+                       (lambda: viewer.CircuitView(sweep), "CircuitView shows edge scores; this is a patching sweep"),
+                       (lambda: viewer.CircuitView(att.weights), "CircuitView shows edge scores .*got a ndarray"),
+                       (lambda: viewer.AttentionView({"a": 1}, ids), "got a dict, which holds no such numbers"),
+                       (lambda: viewer.AttentionView(att.weights, 12), "tokens=12: give a list of tokens"),
+                       (lambda: viewer.PatchingView(sweep, title=3), "title=3: give the view's title as text"),
+                       (lambda: viewer.CircuitView(scores, title=b"x"), "title=b'x': give the view's title"),
+                       (lambda: viewer.view(model, ids, title=None), "title=None: give the view's title")]:
+        with pytest.raises(ConfigError, match=said) as info:
+            make()
+        assert "\n" not in str(info.value)
+    assert viewer.PatchingView(sweep).values.shape == (2, 12)                   # its own kind: shown

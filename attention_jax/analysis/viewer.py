@@ -31,6 +31,38 @@ from attention_jax.errors import ConfigError
 _SCRIPT = (pathlib.Path(__file__).with_name("viewer.js"))
 
 
+# What each kind of result is, and the view that shows it: given to another view, it says so.
+_KINDS = {"Sweep": "a patching sweep: show it with PatchingView",
+          "EdgeScores": "edge scores: draw them with CircuitView",
+          **{view: "a view already: show it as it is"
+             for view in ("AttentionView", "PatchingView", "CircuitView")}}
+
+
+def _numbers(value, view: str, shows: str, takes: str = "") -> np.ndarray:
+    """`value` as float64, or one line: another kind of result than the one the view `takes` (and
+    the view for it), or no numbers."""
+    kind = type(value).__name__
+    if kind in _KINDS and kind != takes:
+        raise ConfigError(f"{view} shows {shows}; this is {_KINDS[kind]}")
+    try:
+        return np.asarray(value, np.float64)
+    except (TypeError, ValueError):
+        raise ConfigError(f"{view} shows {shows}; got a {kind}, which holds no such numbers") \
+            from None
+
+
+def _text(title, labels=None, name: str = "labels") -> tuple[str, list[str] | None]:
+    """The title, and each of the `labels` as text; one line for a title that is no text, or labels
+    that are no sequence."""
+    if not isinstance(title, str):
+        raise ConfigError(f"title={title!r}: give the view's title as text (a str)")
+    if labels is None:
+        return title, None
+    if isinstance(labels, (str, bytes)) or not hasattr(labels, "__len__"):
+        raise ConfigError(f"{name}={labels!r:.60}: give a list of {name}, one a position")
+    return title, [str(t) for t in labels]
+
+
 class _View:
     """What every view shares: its fragment (viewer.js's `function`, drawing `payload()` into an element
     of CSS class `kind`), shown inline wherever HTML is (`_repr_html_`), saved as a page."""
@@ -55,14 +87,17 @@ class AttentionView(_View):
     kind, function = "ajv", "attentionViewer"
 
     def __init__(self, weights, tokens, *, title: str = "attention"):
-        w = np.asarray(weights, np.float64)
+        w = _numbers(weights, "AttentionView", "attention weights [layers, heads, T, T]")
         w = w.reshape((1,) * (4 - w.ndim) + w.shape) if w.ndim < 4 else w
-        if w.ndim != 4 or w.shape[-1] != w.shape[-2] or w.shape[-1] != len(tokens):
-            raise ConfigError(f"attention weights of shape {np.shape(weights)} do not fit {len(tokens)} tokens; "
-                              "give [layers, heads, T, T] (or [heads, T, T], [T, T]) and T tokens")
+        title, tokens = _text(title, tokens, "tokens")
+        T = len(tokens or ())
+        if w.ndim != 4 or w.shape[-1] != w.shape[-2] or w.shape[-1] != T:
+            raise ConfigError(f"attention weights of shape {np.shape(weights)} do not fit {T} "
+                              "tokens; give [layers, heads, T, T] (or [heads, T, T], [T, T]) and T "
+                              "tokens")
         if not np.all(np.isfinite(w)) or w.min() < -1e-6 or w.max() > 1 + 1e-6:
             raise ConfigError("attention weights must be finite and between 0 and 1 (a softmax's)")
-        self.weights, self.tokens, self.title = np.clip(w, 0, 1), [str(t) for t in tokens], title
+        self.weights, self.tokens, self.title = np.clip(w, 0, 1), tokens, title
         self.causal = bool(np.all(np.triu(self.weights, k=1) == 0))
 
     def payload(self) -> dict:
@@ -80,7 +115,8 @@ class PatchingView(_View):
     kind, function = "ajp", "patchingViewer"
 
     def __init__(self, sweep, labels=None, *, title: str = "patching"):
-        values = np.asarray(sweep, np.float64)
+        values = _numbers(sweep, "PatchingView", "a patching sweep [layer, ...]", takes="Sweep")
+        title, labels = _text(title, labels)
         axes = tuple(getattr(sweep, "axes", ("layer", "position") if values.ndim == 2 else ("layer", "head", "position")))
         if values.ndim not in (2, 3) or len(axes) != values.ndim or not np.all(np.isfinite(values)):
             raise ConfigError(f"a patching view shows finite [layer, x] or [layer, head, position] values; got shape "
@@ -88,8 +124,7 @@ class PatchingView(_View):
         if labels is not None and ("position" not in axes or len(labels) != values.shape[axes.index("position")]):
             raise ConfigError(f"{len(labels)} labels for a sweep over {', '.join(axes)} {values.shape}; give one "
                               "per position")
-        self.values, self.axes, self.title = values, axes, title
-        self.labels = None if labels is None else [str(t) for t in labels]
+        self.values, self.axes, self.title, self.labels = values, axes, title, labels
         self.hook, self.method = getattr(sweep, "hook", "a hook point"), getattr(sweep, "method", "activation")
 
     def payload(self) -> dict:
@@ -106,7 +141,12 @@ class CircuitView(_View):
 
     def __init__(self, scores, edges=None, *, title: str = "circuit"):
         from attention_jax.analysis.pruning import circuit
-        graph, effect = scores.graph, np.asarray(scores.effect, np.float64)
+        if not hasattr(scores, "graph") or not hasattr(scores, "effect"):
+            _numbers(scores, "CircuitView", "edge scores")     # a sweep, a view: the view it is for
+            raise ConfigError(f"CircuitView shows edge scores (`discovery`, `attribution`); got a "
+                              f"{type(scores).__name__}")
+        graph, effect = scores.graph, _numbers(scores.effect, "CircuitView", "one effect an edge")
+        title, _ = _text(title)
         if effect.shape != (len(graph.edges),) or not np.all(np.isfinite(effect)):
             raise ConfigError(f"a circuit view shows one finite effect per edge of its graph ({len(graph.edges)}); "
                               f"got shape {effect.shape}")
@@ -166,6 +206,7 @@ def view(model, ids, labels=None, *, title: str = "attention") -> AttentionView:
     import jax.numpy as jnp
     from attention_jax.analysis.inspect import attention_blocks, deterministic, run_with_cache
     from attention_jax.layers import check_ids
+    _text(title, labels)                        # before the model runs
     paths = attention_blocks(model)
     if not paths:
         raise ConfigError("this model has no attention blocks to view (its mixers are averages or none)")
