@@ -78,9 +78,12 @@ def test_smoke_writes_rows_columns_claims_and_pngs(runs):
     assert len(causal["seed0"]["read"]["heads"]) == 4 and len(causal["keep_referent_seeds"]) == 1
     found = run["results"]["found"]           # the circuit edge patching finds, per test
     assert set(found) == {"keep", "fetch", "read"} and "The circuit edge patching finds, per test" in table
-    for test, c in found.items():
-        assert len(c["k"]) == len(c["faithfulness"]) == 1 and c["seed0"]["edges"] and c["seed0"]["words"] in table
-        assert c["seed0"]["k"] is None or c["faithfulness"][0] >= 0.8
+    for test, c in found.items():    # at the smoke preset a gap may be within its noise: said, never a number
+        assert len(c["k"]) == len(c["faithfulness"]) == 1 and report.safe(c["seed0"]["words"]) in table
+        if c["seed0"]["words"].startswith("not measurable"):
+            assert c["faithfulness"][0] is None and not c["seed0"]["edges"]       # NaN is null in JSON
+        else:
+            assert c["seed0"]["edges"] and (c["seed0"]["k"] is None or c["faithfulness"][0] >= 0.8)
     for png in ("accuracy.png", "attention_pair.png", "block2_adjectives.png"):
         assert (folder / png).read_bytes()[:8] == PNG
     assert sorted(run["results"]["figures"]) == ["accuracy.png", "attention_pair.png", "block2_adjectives.png"]

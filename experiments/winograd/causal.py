@@ -50,9 +50,16 @@ def causal_demo(model, task) -> dict:
     pos, words = task.heldout.position, task.spec.template.split(" ")
     slot = {s: words.index("{" + s + "}") for s in ("x", "y", "adj")} | {"referent": pos}
     out = {"slots": slot, "words": words[:pos + 1], "pairs": PAIRS}
+    from attention_jax.errors import NotMeasurable
     for kind in ("keep", "fetch", "read"):
         clean, corrupted, answer, wrong = sentences(task, kind)
-        metric = normalized_logit_diff(model, clean, corrupted, answer, wrong, position=pos)
+        try:             # a model that barely tells the sentences apart: no share of its gap is a number
+            metric = normalized_logit_diff(model, clean, corrupted, answer, wrong, position=pos)
+        except NotMeasurable as e:
+            nan = np.full(pos + 1, np.nan).tolist()
+            out[kind] = {"restored": nan, "first_block": nan, "heads": [np.nan] * model.config.heads_used,
+                         NOT_MEASURABLE: str(e)}
+            continue
         sweep = activation_patch(model, clean, corrupted, metric, hook="resid_pre", by="position", into="corrupted").values
         out[kind] = {"restored": sweep[-1].tolist(), "first_block": sweep[0].tolist()}
         if kind == "read":
@@ -67,7 +74,7 @@ def causal_demo(model, task) -> dict:
 
 def claims(c: dict) -> list:
     from experiments.harness import report
-    return [
+    made = [
         report.claim(f"block 1 moves the first noun to the referent: entering block 2, that slot alone brings back "
                      f">= {HALF:g} of the first noun's answer", c["keep_referent"] >= HALF,
                      f"{c['keep_referent']:.2f}", c["keep_referent"] - HALF),
@@ -80,12 +87,17 @@ def claims(c: dict) -> list:
                      f"{c['read_adjective']:.2f} vs referent {c['read_referent']:.2f}; best head of block 2 "
                      f"{c['read_best_head']:.2f}", c["read_adjective"] - max(HALF, c["read_referent"])),
     ]
+    figures = (("keep_referent",), ("fetch_second", "fetch_referent"), ("read_adjective", "read_referent"))
+    return [report.claim(m["claim"], False, f"{NOT_MEASURABLE}: the answers' clean-corrupted logit difference is "
+                                             "below its floor in a seed (no share of it is a number)")
+            if any(np.isnan(c[k]) for k in keys) else m for m, keys in zip(made, figures)]
 
 
 FAITHFUL = 0.8      # a circuit found: the fewest top edges (at most MOST_EDGES) recovering this share of the gap
 MOST_EDGES = 30
 ROLE = {"q": "query", "k": "key", "v": "value"}
 KINDS = ("keep", "fetch", "read")
+NOT_MEASURABLE = "not measurable"
 
 
 def found(model, task, kind: str = "keep") -> dict:
@@ -99,11 +111,16 @@ def found(model, task, kind: str = "keep") -> dict:
     from attention_jax.analysis.edges import receiver_node
     from attention_jax.analysis.inspect import run_with_cache
     from attention_jax.analysis.patching import normalized_logit_diff
+    from attention_jax.errors import NotMeasurable
     clean, corrupted, answer, wrong = sentences(task, kind)
     pos = task.heldout.position
-    metric = normalized_logit_diff(model, clean, corrupted, answer, wrong, position=pos)
-    exact = edge_patch(model, clean, corrupted, metric)
-    found = smallest_circuit(model, clean, corrupted, metric, exact, share=FAITHFUL, most=MOST_EDGES)
+    try:     # a model that barely tells the sentences apart has no gap to take a share of
+        metric = normalized_logit_diff(model, clean, corrupted, answer, wrong, position=pos)
+        exact = edge_patch(model, clean, corrupted, metric)
+        found = smallest_circuit(model, clean, corrupted, metric, exact, share=FAITHFUL, most=MOST_EDGES)
+    except NotMeasurable as e:
+        return {"k": None, "faithfulness": float("nan"), "edges": [], "words": f"{NOT_MEASURABLE}: {e}",
+                "kind": kind}
     _, cache = run_with_cache(model, jnp.asarray(clean), "blocks.*.mixer.attention.weights")
     slots = {"{x}": "the first noun", "{y}": "the second noun", "{adj}": "the adjective"}
     words = [f"{slots.get(w, repr(w))} ({i})" for i, w in enumerate(task.spec.template.split(" ")[:pos + 1])]
@@ -157,7 +174,8 @@ def found_table(circuits: dict, pools: list | None = None) -> str:
     """A row per test (per pool, given `pools`: [(pool, circuits)]): the circuit's size per seed, its least
     faithfulness, and seed 0's circuit in words."""
     from experiments.harness import report
-    rows = [{"pool": pool, "test": kind, "k": ", ".join(str(k) if k else f">{MOST_EDGES}" for k in c["k"]),
+    size = lambda k, f: str(k) if k else NOT_MEASURABLE if np.isnan(f) else f">{MOST_EDGES}"
+    rows = [{"pool": pool, "test": kind, "k": ", ".join(size(k, f) for k, f in zip(c["k"], c["faithfulness"])),
              "faithful": min(c["faithfulness"]), "words": c["seed0"]["words"]}
             for pool, per in (pools or [(None, circuits)]) for kind, c in per.items()]
     columns = ([("pool", "pool", "")] if pools else []) + [
@@ -170,8 +188,9 @@ def worst(per_seed: list[dict]) -> dict:
     """Across seeds, each claim's figure at its worst seed (a claim is about every model), with every seed's."""
     low = ("keep_referent", "keep_first", "fetch_second", "read_adjective", "read_best_head")
     high = ("fetch_referent", "read_referent")
-    return {**{k: float(min(d[k] for d in per_seed)) for k in low},
-            **{k: float(max(d[k] for d in per_seed)) for k in high},
+    # A seed whose figure is not measurable (NaN) makes the claim's figure not measurable, whatever the others.
+    pick = lambda k, f: float("nan") if any(np.isnan(d[k]) for d in per_seed) else float(f(d[k] for d in per_seed))
+    return {**{k: pick(k, min) for k in low}, **{k: pick(k, max) for k in high},
             **{f"{k}_seeds": [d[k] for d in per_seed] for k in low + high}}
 
 
