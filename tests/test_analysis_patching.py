@@ -17,7 +17,7 @@ from attention_jax.fingerprint import Keyed
 from attention_jax.analysis.inspect import patched, run_with_cache
 from attention_jax.model import LanguageModel
 from attention_jax.analysis.patching import (HOOKS, activation_patch, attribution_patch, kl_divergence, logit_diff,
-                                    normalized_logit_diff)
+                                            normalized_logit_diff, squared_error)
 
 from helpers import gpt2_texts, tl_bridge
 
@@ -305,3 +305,15 @@ def test_kl_divergence_is_zero_on_the_clean_run_and_lower_is_better(case):
     assert float(every(model(jnp.asarray(corrupted)))) > 0 and kl == kl_divergence(model, clean)
     with pytest.raises(ConfigError, match="position=8 must be a position"):
         kl_divergence(model, clean, position=8)
+
+
+def test_squared_error_is_zero_on_the_clean_run_and_its_mean_squared_distance_past_start(case):
+    model, clean, corrupted, _ = case
+    se = squared_error(model, clean)
+    assert se.lower_is_better and float(se(model(jnp.asarray(clean)))) == 0.0
+    a, b = (np.asarray(model(jnp.asarray(t)), np.float64)[:, 1:] for t in (clean, corrupted))
+    assert float(se(model(jnp.asarray(corrupted)))) == pytest.approx(np.mean((a - b) ** 2), rel=1e-5)
+    np.testing.assert_allclose(se.per_prompt(model(jnp.asarray(corrupted))), ((a - b) ** 2).mean((1, 2)), rtol=1e-5)
+    for bad in (8, -1, True):
+        with pytest.raises(ConfigError, match="start="):
+            squared_error(model, clean, start=bad)

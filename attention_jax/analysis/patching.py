@@ -170,6 +170,40 @@ class _Divergence:
         return each if self.position is not None else jnp.mean(each, axis=-1)
 
 
+def squared_error(model, clean, *, start: int = 1) -> Callable:
+    """A metric over logits: the squared distance from the clean run's outputs at every position from
+    `start` on (1: past a BOS), the mean over the batch of its mean over positions and outputs; 0 on the
+    clean run and lower is better. ACDC's metric for tracr's compiled models, whose outputs are exact."""
+    model = deterministic(model)
+    if np.ndim(clean) != 2:
+        raise ConfigError(f"clean must be token ids [B, T], got shape {np.shape(clean)}")
+    T = np.shape(clean)[1]
+    if isinstance(start, bool) or not isinstance(start, (int, np.integer)) or not 0 <= start < T:
+        raise ConfigError(f"start={start!r} must be a position of the text (0 to {T - 1})")
+    return _SquaredError(np.asarray(model(jnp.asarray(clean))[:, start:], np.float32), int(start))
+
+
+@dataclasses.dataclass(frozen=True)
+class _SquaredError:
+    """mean((logits - clean)²) from `start` on: keyed by its values."""
+    clean: np.ndarray
+    start: int
+    lower_is_better: typing.ClassVar[bool] = True
+
+    def __hash__(self):
+        return hash(fingerprint(self))
+
+    def __eq__(self, other):
+        return isinstance(other, _SquaredError) and fingerprint(self) == fingerprint(other)
+
+    def __call__(self, logits):
+        return jnp.mean(self.per_prompt(logits))
+
+    def per_prompt(self, logits):
+        """[B]: each text's mean squared distance."""
+        return jnp.mean((logits[:, self.start:].astype(jnp.float32) - self.clean) ** 2, axis=(-2, -1))
+
+
 def token_pair(model, clean, corrupted) -> tuple[np.ndarray, np.ndarray]:
     """Clean and corrupted token ids as arrays, [B, T] of one shape and in the model's vocabulary (inside a
     compiled sweep an id past it would be clamped), or one line why not."""
