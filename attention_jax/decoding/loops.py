@@ -77,12 +77,34 @@ def _finite(logits) -> jax.Array:
     return jnp.all(jnp.isfinite(logits))
 
 
-@functools.partial(jax.jit, static_argnames=("graphdef", "greedy", "top_k"), donate_argnames=("buf",))
-def _windows(graphdef, state, buf, lengths, key, temperature, at, count, *, greedy: bool, top_k):
+class Graph:
+    """A model's graph as the loops' static argument, hashed once: flax hashes a graph anew at each
+    call (about a millisecond for a small model), and each chunk is a call."""
+
+    def __init__(self, graph):
+        self.graph, self._hash = graph, hash(graph)
+
+    def __hash__(self):
+        return self._hash
+
+    def __eq__(self, other):
+        return self is other or isinstance(other, Graph) and self.graph == other.graph
+
+
+@functools.partial(jax.jit, static_argnums=0)
+def _zeros(shapes):
+    """The empty cache of `shapes` ((tree, ((shape, dtype), ...))), made in one call, not a leaf a
+    call."""
+    tree, leaves = shapes
+    return jax.tree.unflatten(tree, [jnp.zeros(shape, dtype) for shape, dtype in leaves])
+
+
+@functools.partial(jax.jit, static_argnames=("graph", "greedy", "top_k"), donate_argnames=("buf",))
+def _windows(graph, state, buf, lengths, key, temperature, at, count, *, greedy: bool, top_k):
     """Tokens `at` .. `at + count - 1` (new in each row), each from a whole window of `context` tokens of
     its row's text (`buf`, its prompt `lengths[b]` long, padded on the right, where the causal mask hides
     it): (buf, key, whether every logit drawn from was finite)."""
-    model = nnx.merge(graphdef, state)
+    model = nnx.merge(graph.graph, state)
     B, T = buf.shape[0], model.config.context
     rows = jnp.arange(B)
 
@@ -100,12 +122,14 @@ def _windows(graphdef, state, buf, lengths, key, temperature, at, count, *, gree
 
 def cached_model(graphdef, state, batch: int, length: int):
     """The model of `graphdef` and `state` with the key/value cache's twins in (`kv_cache.cached`, for
-    `batch` rows of `length` slots), split as (its graph, its empty cache, the rest): made once a shape,
-    nothing computed; the rest holds `state`'s very arrays. `cached_loop` takes the empty cache's
-    shapes alone (`jax.ShapeDtypeStruct`s), so a caller keeping this for later calls keeps no cache."""
+    `batch` rows of `length` slots), split as (its `Graph`, its empty cache, the rest): made once a
+    shape, nothing computed; the rest holds `state`'s very arrays. `cached_loop` takes the empty
+    cache's shapes alone (`jax.ShapeDtypeStruct`s), so a caller keeping this for later calls keeps
+    no cache."""
     model = nnx.merge(graphdef, state)
     kv_cache.cached(model, batch, length)
-    return nnx.split(model, nnx.Cache, ...)
+    graph, empty, rest = nnx.split(model, nnx.Cache, ...)
+    return Graph(graph), empty, rest
 
 
 @functools.partial(jax.jit, static_argnames=("graph",), donate_argnames=("empty",))
@@ -113,7 +137,7 @@ def prefill(graph, rest, empty, prompt, padding):
     """The prompts (left-padded to one length, `padding[b]` slots in row b) through the cached model
     (`cached_model`) in one call: (the cache's state, for `extend`; the logits of each row's last
     position [B, V])."""
-    model = nnx.merge(graph, empty, rest)
+    model = nnx.merge(graph.graph, empty, rest)
     decoding = kv_cache.Cached.resume(model)
     if decoding.clock is not None:
         decoding.clock.start[...] = padding
@@ -133,7 +157,7 @@ def extend(graph, state, cache, logits, key, temperature, out, at, count, *, gre
         # of the loop, and every token reads float32 weights, whatever dtype they are stored in.
         state, cache, logits, key, out, finite = jax.lax.optimization_barrier(carry)
         token, key = _draw(logits, key, temperature, greedy, top_k)
-        model = nnx.merge(graph, cache, state)
+        model = nnx.merge(graph.graph, cache, state)
         finite = finite & _finite(logits)
         logits = kv_cache.Cached.resume(model)(token[:, None])[:, -1]
         out = jax.lax.dynamic_update_slice(out, token[:, None], (0, i))
@@ -167,7 +191,8 @@ def cached_loop(made, prompt, padding, key, temperature, *, n: int, greedy: bool
     cache as arrays or their shapes."""
     B, P = prompt.shape
     graph, empty, state = made
-    empty = jax.tree.map(lambda a: jnp.zeros(a.shape, a.dtype), empty)     # made here, given to prefill
+    leaves, tree = jax.tree.flatten(empty)
+    empty = _zeros((tree, tuple((a.shape, jnp.dtype(a.dtype)) for a in leaves)))   # to prefill
     cache, logits = prefill(graph, state, empty, prompt, padding)
     out, done = jnp.zeros((B, n), jnp.int32), 0
     try:
@@ -189,11 +214,11 @@ def cached_loop(made, prompt, padding, key, temperature, *, n: int, greedy: bool
 def windows(graphdef, state, buf, lengths, key, temperature, *, n: int, greedy: bool, top_k) -> np.ndarray:
     """Uncached: `n` new tokens for each row of `buf` (its prompt `lengths[b]` long, padded on the right),
     each step a whole window of `context` tokens; the buffer back, [B, max(context, P + n)]."""
-    done = 0
+    done, graph = 0, Graph(graphdef)
     try:
         for at, count in _chunks(n):
-            buf, key, finite = _windows(graphdef, state, buf, lengths, key, temperature, at, count, greedy=greedy,
-                                        top_k=top_k)
+            buf, key, finite = _windows(graph, state, buf, lengths, key, temperature, at, count,
+                                        greedy=greedy, top_k=top_k)
             if not bool(finite):       # waits for the chunk: a Ctrl-C meanwhile is raised here
                 raise NotFinite(at)
             done = at + count
