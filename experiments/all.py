@@ -20,10 +20,11 @@ from attention_jax.errors import UserError
 from experiments.harness import cli, gather
 
 # The chapter's order: averaging, scaling, the ladder, positions, √d, norms, cost, the toy, the lecture;
-# then the benchmarks and what the chapter leaves to others (patching). Each runs on the base install: a
-# comparison whose oracle (torch, transformers, TransformerLens) is missing is left out, saying so.
+# then the benchmarks and what the chapter leaves to others (patching, circuits). Each runs on the base install: a
+# comparison whose oracle (torch, transformers, TransformerLens, tracr) is missing is left out, saying so.
 EXPERIMENTS = ["averaging", "scaling", "params", "parity", "ladder", "positions", "scale_ablation", "norms",
-               "complexity", "winograd", "inside_tiny_gpt", "throughput", "generation", "patching", "induction"]
+               "complexity", "winograd", "inside_tiny_gpt", "throughput", "generation", "patching", "induction",
+               "circuits_known"]
 TRAINING = {"ladder", "positions", "scale_ablation", "norms", "winograd", "inside_tiny_gpt", "induction"}
 CORPUS_TABLES = {"ladder", "positions", "scale_ablation", "norms"}     # trained on tiny-shakespeare (or --corpus)
 

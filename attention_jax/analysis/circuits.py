@@ -28,7 +28,8 @@ import numpy as np
 from attention_jax.errors import ConfigError
 from attention_jax.analysis.inspect import attention_blocks, deterministic, head_weights, run_with_cache
 from attention_jax.layers import check_ids
-from attention_jax.analysis.patching import Sweep, check_answers
+from attention_jax.analysis.metrics import check_answers
+from attention_jax.analysis.patching import Sweep
 
 
 @dataclasses.dataclass(frozen=True)
