@@ -172,3 +172,13 @@ def test_every_post_norm_edge_patched_equals_its_patch_by_the_models_own_hooks(n
             np.testing.assert_allclose(got, want, atol=2e-5 * scale, err_msg=edge)
         moved += float(jnp.abs(want - model(CLEAN)).max()) > 1e-3 * scale
     assert moved > len(g.edges) // 2                  # the patches change the logits: the comparison means something
+
+
+def test_a_mask_as_a_list_is_read_and_outputs_of_another_batch_are_refused():
+    model = _model("heads")
+    g = edges.graph_of(model)
+    others = edges.outputs(model, jnp.asarray(CORRUPTED))
+    mask = g.mask([3])
+    np.testing.assert_allclose(edges.run(model, g, CLEAN, others, mask.tolist()), edges.run(model, g, CLEAN, others, mask))
+    with pytest.raises(ConfigError, match=r"others is \(7, 1, 8, 16\): it must be every sender's output"):
+        edges.run(model, g, CLEAN, others[:, :1], mask)

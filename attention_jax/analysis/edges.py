@@ -217,7 +217,7 @@ def run(model, graph: Graph, tokens, others, mask):
     """Logits [B, T, V] of `tokens` through the residual rewrite, where each edge (s, r) with mask[s, r]
     = m takes (1 - m) of s's output in this run and m of s's output in the other run, `others`
     [senders, B, T, D] (`outputs`). mask 0: the model; 1 everywhere: the other run."""
-    _check_mask(graph, mask)
+    mask, others = _checked(graph, tokens, mask, others, "others")
     return _twinned(model, graph, edge_twins.Masked(others, mask))(tokens)
 
 
@@ -225,14 +225,21 @@ def run_added(model, graph: Graph, tokens, diff, mask):
     """Logits [B, T, V] of `tokens` with mask[s, r] · diff[s] added to each receiver r's input, for each of its
     senders s: `diff` [senders, B, T, D] fixed in advance (EAP-IG's corrupted-minus-clean outputs), where
     `run` reads this run's outputs. mask 0: the model."""
-    _check_mask(graph, mask)
+    mask, diff = _checked(graph, tokens, mask, diff, "diff")
     return _twinned(model, graph, edge_twins.Added(diff, mask))(tokens)
 
 
-def _check_mask(graph: Graph, mask) -> None:
+def _checked(graph: Graph, tokens, mask, outputs, name: str):
+    """The mask and the senders' outputs as arrays, if they fit the graph and the tokens: a list is read as
+    the array it spells; a mask of another graph, or outputs of another batch, is refused in one line."""
     if np.shape(mask) != (len(graph.senders), len(graph.receivers)):
         raise ConfigError(f"the mask is {tuple(np.shape(mask))} and the graph has {len(graph.senders)} senders "
                           f"and {len(graph.receivers)} receivers: make it with graph.mask(edges)")
+    if np.shape(outputs)[:3] != (len(graph.senders), *np.shape(tokens)):
+        raise ConfigError(f"{name} is {tuple(np.shape(outputs))}: it must be every sender's output on texts of "
+                          f"the tokens' shape, [{len(graph.senders)}, {', '.join(map(str, np.shape(tokens)))}, D] "
+                          "(edges.outputs of the other run)")
+    return jnp.asarray(mask, jnp.float32), jnp.asarray(outputs)
 
 
 def run_edge(model, graph: Graph, tokens, others, edge, *, start: int = 0, mine: Recorded | None = None):
