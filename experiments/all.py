@@ -24,7 +24,7 @@ from experiments.harness import cli, gather
 # comparison whose oracle (torch, transformers, TransformerLens, tracr) is missing is left out, saying so.
 EXPERIMENTS = ["averaging", "scaling", "params", "parity", "ladder", "positions", "scale_ablation", "norms",
                "complexity", "winograd", "inside_tiny_gpt", "throughput", "generation", "patching", "induction",
-               "circuits_known"]
+               "circuits_known", "ioi"]
 TRAINING = {"ladder", "positions", "scale_ablation", "norms", "winograd", "inside_tiny_gpt", "induction"}
 CORPUS_TABLES = {"ladder", "positions", "scale_ablation", "norms"}     # trained on tiny-shakespeare (or --corpus)
 
