@@ -47,8 +47,9 @@ class Record:
 
 
 class Masked(Record):
-    """Receiver r reads its stream plus mask[s, r] · (s's output in the other run - in this one), for each
-    of its senders s: the residual rewrite. `others` [senders, B, T, D]; `mask` [senders, receivers]."""
+    """Receiver r reads its stream plus mask[s, r] · (s's output in the other run - in this one),
+    for each of its senders s: the residual rewrite. `others` [senders, B, T, D]; `mask`
+    [senders, receivers]."""
 
     def __init__(self, others, mask):
         super().__init__()
@@ -60,16 +61,18 @@ class Masked(Record):
         xs = x[None] + jnp.einsum("sr,sBTD->rBTD", share, _take(self.others, sources) - here)
         return xs if split else xs[0]
 
-    def heads(self, mixer, receivers, x):                     # x [3H, B, T, D]: each receiver's own input
+    def heads(self, mixer, receivers, x):  # x [3H, B, T, D]: each receiver's own input
         w, b = mixer.head_weights(), mixer.head_biases()
         x = x.reshape(3, -1, *x.shape[1:])
-        return tuple(jnp.einsum("HBTD,HDd->BHTd", x[j], w[c]) + b[c][None, :, None] for j, c in enumerate("qkv"))
+        return tuple(jnp.einsum("HBTD,HDd->BHTd", x[j], w[c]) + b[c][None, :, None]
+                     for j, c in enumerate("qkv"))
 
 
 class Added(Masked):
-    """Receiver r reads its stream plus mask[s, r] · diff[s] for each of its senders s: a difference fixed
-    in advance (EAP-IG's, the corrupted run's outputs less the clean run's), not read off this run, so
-    d metric / d mask[s, r] is diff[s] · (d metric / d r's input) wherever this run is. Nothing is kept."""
+    """Receiver r reads its stream plus mask[s, r] · diff[s] for each of its senders s: a
+    difference fixed in advance (EAP-IG's, the corrupted run's outputs less the clean run's), not
+    read off this run, so d metric / d mask[s, r] is diff[s] · (d metric / d r's input) wherever
+    this run is. Nothing is kept."""
     keeps = False
 
     def __init__(self, diff, mask):
@@ -86,17 +89,17 @@ class Added(Masked):
 
 
 def _take(a, rows):
-    """a[rows] for rows given as a tuple of ints: a slice where they run on one by one (pre-norm's every
-    sender so far), a gather otherwise."""
+    """a[rows] for rows given as a tuple of ints: a slice where they run on one by one (pre-norm's
+    every sender so far), a gather otherwise."""
     if rows == tuple(range(rows[0], rows[0] + len(rows))):
         return a[rows[0]:rows[0] + len(rows)]
     return a[np.asarray(rows)]
 
 
 class OneEdge(Record):
-    """The edge (sender, receiver) = `edge` (ints, traced or not) alone: its receiver reads its stream plus
-    `delta`, the sender's output in the other run less this run's (the same, as nothing before it is
-    patched). Nothing is kept."""
+    """The edge (sender, receiver) = `edge` (ints, traced or not) alone: its receiver reads its
+    stream plus `delta`, the sender's output in the other run less this run's (the same, as nothing
+    before it is patched). Nothing is kept."""
     keeps = False
 
     def __init__(self, edge, delta):
@@ -113,21 +116,22 @@ class OneEdge(Record):
         moved = x + jnp.where(self._hit(receivers), 1.0, 0.0) * self.delta
         return jnp.stack([x, moved]) if split else moved
 
-    def heads(self, mixer, receivers, x):                     # x [2, B, T, D]: the stream, and the edge's
-        q, k, v = mixer.project(x[0])                         # [B, H, T, d]: every head from the stream
+    def heads(self, mixer, receivers, x):  # x [2, B, T, D]: the stream, and the edge's
+        q, k, v = mixer.project(x[0])      # [B, H, T, d]: every head from the stream
         w, b = mixer.head_weights(), mixer.head_biases()
         H = q.shape[-3]
         j = jnp.clip(self.edge[1] - receivers[0], 0, 3 * H - 1)
         weight = jnp.stack([w[c] for c in "qkv"]).reshape(3 * H, *w["q"].shape[1:])[j]     # [D, d]
         bias = jnp.stack([b[c] for c in "qkv"]).reshape(3 * H, -1)[j]
-        own = jnp.einsum("BTD,Dd->BTd", x[1], weight) + bias   # the one receiver's projection, apart
+        own = jnp.einsum("BTD,Dd->BTd", x[1], weight) + bias  # the one receiver's projection, apart
         hit = self._hit(receivers) & (jnp.arange(H) == j % H)[:, None, None]
-        return tuple(jnp.where(hit & (j // H == c), own[:, None], a) for c, a in enumerate((q, k, v)))
+        return tuple(jnp.where(hit & (j // H == c), own[:, None], a)
+                     for c, a in enumerate((q, k, v)))
 
 
 class EdgePoint(nnx.Module):
-    """A hook point where receivers read (`reads`, with their senders `sources`), senders write (`writes`)
-    or a block's stream enters (`stream`), after the hook it replaces."""
+    """A hook point where receivers read (`reads`, with their senders `sources`), senders write
+    (`writes`) or a block's stream enters (`stream`), after the hook it replaces."""
 
     def __init__(self, hook, rule, place):
         self.reference, self.rule, self.place = hook, rule, place
@@ -142,8 +146,8 @@ class EdgePoint(nnx.Module):
 
 
 class EdgeHeads(nnx.Module):
-    """An attention mixer whose heads read what the rule gives them and whose heads' outputs are senders;
-    it projects, attends (hooks and all) and outputs through the mixer's own methods."""
+    """An attention mixer whose heads read what the rule gives them and whose heads' outputs are
+    senders; it projects, attends (hooks and all) and outputs through the mixer's own methods."""
 
     def __init__(self, mixer, rule, place):
         self.reference, self.rule, self.place = mixer, rule, place
@@ -159,7 +163,8 @@ class EdgeHeads(nnx.Module):
 
 
 class EdgeNorm(nnx.Module):
-    """A post-norm LayerNorm: a receiver (the stream before it plus what its sub-layer wrote) and a sender."""
+    """A post-norm LayerNorm: a receiver (the stream before it plus what its sub-layer wrote)
+    and a sender."""
 
     def __init__(self, norm, rule, place):
         self.reference, self.rule, self.place = norm, rule, place
@@ -178,6 +183,7 @@ def _twin(kind):
     return make
 
 
-# Which twin replaces which part (`attention_jax.swap.twins`), where the graph's `places` name the path.
+# Which twin replaces which part (`attention_jax.swap.twins`), where the graph's `places` name
+# the path.
 TWINS = {Hook: _twin(EdgePoint), Head: _twin(EdgeHeads), MultiHeadAttention: _twin(EdgeHeads),
          LayerNorm: _twin(EdgeNorm)}

@@ -2,7 +2,8 @@
 
     graph = edges.graph_of(model)            # senders, receivers, and every edge between them
     others = edges.outputs(model, corrupted)  # every sender's output on another text
-    logits = edges.run(model, graph, tokens, others, graph.mask(["0.h1->logits"]))   # that term from `others`
+    logits = edges.run(model, graph, tokens, others,
+                       graph.mask(["0.h1->logits"]))   # that term from `others`
 
 Senders are the embedding (tokens and positions), each head's output (its share of the output
 projection: z_h · W_O[h]) or the whole mixer where it has no heads (the average), and each
@@ -39,9 +40,9 @@ from attention_jax.swap import swap, twins
 
 
 class Place(NamedTuple):
-    """What happens at one path of the model: the receivers read there (with the senders they read) and
-    whether one input each is handed on (`split`: a head mixer's), the senders written there, and the
-    block whose entering stream passes there (n_layers: the final stream)."""
+    """What happens at one path of the model: the receivers read there (with the senders they read)
+    and whether one input each is handed on (`split`: a head mixer's), the senders written there,
+    and the block whose entering stream passes there (n_layers: the final stream)."""
     reads: tuple[int, ...] = ()
     sources: tuple[int, ...] = ()
     writes: tuple[int, ...] = ()
@@ -51,9 +52,10 @@ class Place(NamedTuple):
 
 @dataclasses.dataclass(frozen=True)
 class Graph:
-    """Senders and receivers by name, in the order the model computes them, the edges as (sender, receiver)
-    index pairs, and `places`: (model path, `Place`) for the twins. Pre-norm, a sender feeds every
-    receiver after it (a head does not feed its own block's heads); post-norm, see the module's text."""
+    """Senders and receivers by name, in the order the model computes them, the edges as (sender,
+    receiver) index pairs, and `places`: (model path, `Place`) for the twins. Pre-norm, a sender
+    feeds every receiver after it (a head does not feed its own block's heads); post-norm, see the
+    module's text."""
     senders: tuple[str, ...]
     receivers: tuple[str, ...]
     edges: tuple[tuple[int, int], ...]
@@ -72,21 +74,25 @@ class Graph:
         try:
             return self._places[name]
         except KeyError:
-            raise ConfigError(f"the graph has no edge {name!r}; its edges read like {self.names()[0]!r}") from None
+            raise ConfigError(f"the graph has no edge {name!r}; its edges read like "
+                              f"{self.names()[0]!r}") from None
 
     def select(self, which) -> list[int]:
-        """Edge indices from names, whole-number indices, or a boolean array over `edges` (NumPy's way);
-        anything else (a fraction, an index past the graph, a mask of another graph) in one line."""
+        """Edge indices from names, whole-number indices, or a boolean array over `edges` (NumPy's
+        way); anything else (a fraction, an index past the graph, a mask of another
+        graph) in one line."""
         if isinstance(which, (str, bytes)):
             which = [which]
         try:
-            items = list(np.asarray(which).reshape(-1)) if isinstance(which, np.ndarray) else list(which)
+            items = list(np.asarray(which).reshape(-1)) if isinstance(which, np.ndarray) \
+                else list(which)
         except TypeError:
-            raise ConfigError(f"edges {which!r}: give a list of names or indices, or a boolean array") from None
+            raise ConfigError(f"edges {which!r}: give a list of names or indices, "
+                              "or a boolean array") from None
         if items and all(isinstance(e, (bool, np.bool_)) for e in items):
             if np.shape(which) != (len(self.edges),):
-                raise ConfigError(f"a boolean selection must have one entry per edge ({len(self.edges)}), "
-                                  f"got shape {np.shape(which)}")
+                raise ConfigError(f"a boolean selection must have one entry per edge "
+                                  f"({len(self.edges)}), got shape {np.shape(which)}")
             return [int(i) for i in np.flatnonzero(items)]
         return [self._one(e) for e in items]
 
@@ -94,15 +100,16 @@ class Graph:
         if isinstance(e, str):
             return self.index(e)
         if isinstance(e, (bool, np.bool_)) or not isinstance(e, (int, np.integer)):
-            raise ConfigError(f"edge {e!r} is neither a name nor a whole-number index: give names such as "
-                              f"{self.names()[0]!r} or indices 0 .. {len(self.edges) - 1}")
+            raise ConfigError(f"edge {e!r} is neither a name nor a whole-number index: give names "
+                              f"such as {self.names()[0]!r} or indices 0 .. {len(self.edges) - 1}")
         if not 0 <= e < len(self.edges):
             raise ConfigError(f"edge index {e} is outside the graph's {len(self.edges)} edges "
                               f"(0 .. {len(self.edges) - 1})")
         return int(e)
 
     def mask(self, which) -> np.ndarray:
-        """float32 [senders, receivers]: 1 at each edge of `which` (`select`'s: names, indices, booleans)."""
+        """float32 [senders, receivers]: 1 at each edge of `which` (`select`'s: names,
+        indices, booleans)."""
         out = np.zeros((len(self.senders), len(self.receivers)), np.float32)
         for e in self.select(which):
             out[self.edges[e]] = 1.0
@@ -110,17 +117,18 @@ class Graph:
 
 
 def head_inputs(block: int, heads: int) -> list[str]:
-    """The receivers of a head mixer, in the order of its fused q|k|v columns: every head's q, then k's,
-    then v's ("0.h0.q", "0.h1.q", ..., "0.h1.v")."""
+    """The receivers of a head mixer, in the order of its fused q|k|v columns: every head's q, then
+    k's, then v's ("0.h0.q", "0.h1.q", ..., "0.h1.v")."""
     return [f"{block}.h{h}.{c}" for c in "qkv" for h in range(heads)]
 
 
 def graph_of(model) -> Graph:
-    """The edge graph of `model` (`LanguageModel`); a model whose inputs are not sums is refused in one line."""
+    """The edge graph of `model` (`LanguageModel`); a model whose inputs are not sums is
+    refused in one line."""
     cfg = model.config
     if not cfg.residual:
-        raise ConfigError("the model has no residual stream (residual=False): no input is a sum of senders' "
-                          "outputs, so it has no edges to patch")
+        raise ConfigError("the model has no residual stream (residual=False): no input is a sum of "
+                          "senders' outputs, so it has no edges to patch")
     g = _Builder(post=cfg.post_norm)
     g.places["blocks.0.hook_resid_pre"] = Place(writes=(g.write("embed"),), stream=0)
     for i, block in enumerate(model.blocks):
@@ -130,13 +138,15 @@ def graph_of(model) -> Graph:
             g.sublayer(f"blocks.{i}", "mixer", i, cfg.heads_used)
         if block.ffn is not None:
             g.sublayer(f"blocks.{i}", "ffn", i, 0)
-    g.places["hook_final"] = Place(reads=(g.read("logits", g.stream()),), sources=g.stream(), stream=cfg.n_layers)
+    g.places["hook_final"] = Place(reads=(g.read("logits", g.stream()),), sources=g.stream(),
+                                   stream=cfg.n_layers)
     return Graph(tuple(g.senders), tuple(g.receivers), tuple(g.edges), tuple(g.places.items()))
 
 
 class _Builder:
     """Senders, receivers and edges as a forward pass meets them; `stream()`: the senders the next
-    receiver reads (pre-norm: every one so far; post-norm: the latest LayerNorm, or the embedding)."""
+    receiver reads (pre-norm: every one so far; post-norm: the latest LayerNorm, or
+    the embedding)."""
 
     def __init__(self, post: bool):
         self.post, self.senders, self.receivers, self.edges, self.places = post, [], [], [], {}
@@ -155,15 +165,18 @@ class _Builder:
         return (self.latest,) if self.post else tuple(range(len(self.senders)))
 
     def sublayer(self, at: str, part: str, i: int, heads: int) -> None:
-        """A mixer (its heads, or itself) or a feed-forward network, and in post-norm its LayerNorm."""
+        """A mixer (its heads, or itself) or a feed-forward network, and in post-norm
+        its LayerNorm."""
         sources = self.stream()
         names = head_inputs(i, heads) if heads else [f"{i}.{part}"]
         reads = tuple(self.read(n, sources) for n in names)
-        hook_in, hook_out = (f"{at}.hook_mixer_in", f"{at}.hook_mixer_out") if part == "mixer" else \
-            (f"{at}.hook_ffn_in", f"{at}.hook_ffn_out")
+        hook_in, hook_out = (f"{at}.hook_mixer_in", f"{at}.hook_mixer_out") if part == "mixer" \
+            else (f"{at}.hook_ffn_in", f"{at}.hook_ffn_out")
         self.places[hook_in] = Place(reads=reads, sources=sources, split=bool(heads))
-        writes = tuple(self.write(n) for n in ([f"{i}.h{h}" for h in range(heads)] or [f"{i}.{part}"]))
-        self.places[f"{at}.mixer" if heads else hook_out] = Place(reads=reads if heads else (), writes=writes)
+        writes = tuple(self.write(n)
+                       for n in ([f"{i}.h{h}" for h in range(heads)] or [f"{i}.{part}"]))
+        self.places[f"{at}.mixer" if heads else hook_out] = Place(reads=reads if heads else (),
+                                                                  writes=writes)
         if self.post:
             norm = f"{i}.ln{1 if part == 'mixer' else 2}"
             into = (self.latest, *writes)
@@ -173,7 +186,8 @@ class _Builder:
 
 
 def receiver_node(name: str) -> tuple[str, str | None]:
-    """A receiver's node and which of its inputs it is: "1.h2.k" -> ("1.h2", "k"); "1.ffn" -> ("1.ffn", None)."""
+    """A receiver's node and which of its inputs it is: "1.h2.k" -> ("1.h2", "k"); "1.ffn" ->
+    ("1.ffn", None)."""
     node, _, role = name.rpartition(".")
     return (node, role) if role in ("q", "k", "v") and node else (name, None)
 
@@ -184,15 +198,15 @@ def block_of(name: str, n_layers: int) -> int:
 
 
 class Recorded(NamedTuple):
-    """One run's every sender output [senders, B, T, D] and the stream entering each block and the final
-    one [n_layers + 1, B, T, D]."""
+    """One run's every sender output [senders, B, T, D] and the stream entering each block and the
+    final one [n_layers + 1, B, T, D]."""
     senders: jax.Array
     streams: jax.Array
 
 
 def _twinned(model, graph: Graph, rule):
-    """A copy of `model` (its arrays shared, the caller's model untouched, so any transform may trace it)
-    with the edge twins of `rule` in at the graph's places."""
+    """A copy of `model` (its arrays shared, the caller's model untouched, so any transform may
+    trace it) with the edge twins of `rule` in at the graph's places."""
     if graph != graph_of(model):
         raise ConfigError("the graph is not this model's: make it with edges.graph_of(model)")
     copy = nnx.merge(*nnx.split(model))
@@ -201,7 +215,8 @@ def _twinned(model, graph: Graph, rule):
 
 
 def record(model, tokens, graph: Graph | None = None) -> Recorded:
-    """Every sender's output and every block's entering stream on `tokens`, through the model as it is."""
+    """Every sender's output and every block's entering stream on `tokens`, through the
+    model as it is."""
     rule = edge_twins.Record()
     _twinned(model, graph or graph_of(model), rule)(tokens)
     stack = lambda kept: jnp.stack([kept[i] for i in range(len(kept))])
@@ -209,47 +224,53 @@ def record(model, tokens, graph: Graph | None = None) -> Recorded:
 
 
 def outputs(model, tokens):
-    """Every sender's output on `tokens`, [senders, B, T, D]: what `run` patches in from this run."""
+    """Every sender's output on `tokens`, [senders, B, T, D]: what `run` patches in
+    from this run."""
     return record(model, tokens).senders
 
 
 def run(model, graph: Graph, tokens, others, mask):
-    """Logits [B, T, V] of `tokens` through the residual rewrite, where each edge (s, r) with mask[s, r]
-    = m takes (1 - m) of s's output in this run and m of s's output in the other run, `others`
-    [senders, B, T, D] (`outputs`). mask 0: the model; 1 everywhere: the other run."""
+    """Logits [B, T, V] of `tokens` through the residual rewrite, where each edge (s, r) with
+    mask[s, r] = m takes (1 - m) of s's output in this run and m of s's output in the other run,
+    `others` [senders, B, T, D] (`outputs`). mask 0: the model; 1 everywhere: the other run."""
     mask, others = _checked(graph, tokens, mask, others, "others")
     return _twinned(model, graph, edge_twins.Masked(others, mask))(tokens)
 
 
 def run_added(model, graph: Graph, tokens, diff, mask):
-    """Logits [B, T, V] of `tokens` with mask[s, r] · diff[s] added to each receiver r's input, for each of its
-    senders s: `diff` [senders, B, T, D] fixed in advance (EAP-IG's corrupted-minus-clean outputs), where
-    `run` reads this run's outputs. mask 0: the model."""
+    """Logits [B, T, V] of `tokens` with mask[s, r] · diff[s] added to each receiver r's input, for
+    each of its senders s: `diff` [senders, B, T, D] fixed in advance (EAP-IG's
+    corrupted-minus-clean outputs), where `run` reads this run's outputs. mask 0: the model."""
     mask, diff = _checked(graph, tokens, mask, diff, "diff")
     return _twinned(model, graph, edge_twins.Added(diff, mask))(tokens)
 
 
 def _checked(graph: Graph, tokens, mask, outputs, name: str):
-    """The mask and the senders' outputs as arrays, if they fit the graph and the tokens: a list is read as
-    the array it spells; a mask of another graph, or outputs of another batch, is refused in one line."""
+    """The mask and the senders' outputs as arrays, if they fit the graph and the tokens: a list is
+    read as the array it spells; a mask of another graph, or outputs of another batch, is
+    refused in one line."""
     if np.shape(mask) != (len(graph.senders), len(graph.receivers)):
-        raise ConfigError(f"the mask is {tuple(np.shape(mask))} and the graph has {len(graph.senders)} senders "
-                          f"and {len(graph.receivers)} receivers: make it with graph.mask(edges)")
+        raise ConfigError(f"the mask is {tuple(np.shape(mask))} and the graph has "
+                          f"{len(graph.senders)} senders and {len(graph.receivers)} receivers: "
+                          "make it with graph.mask(edges)")
     if np.shape(outputs)[:3] != (len(graph.senders), *np.shape(tokens)):
-        raise ConfigError(f"{name} is {tuple(np.shape(outputs))}: it must be every sender's output on texts of "
-                          f"the tokens' shape, [{len(graph.senders)}, {', '.join(map(str, np.shape(tokens)))}, D] "
+        raise ConfigError(f"{name} is {tuple(np.shape(outputs))}: it must be every sender's output "
+                          f"on texts of the tokens' shape, [{len(graph.senders)}, "
+                          f"{', '.join(map(str, np.shape(tokens)))}, D] "
                           "(edges.outputs of the other run)")
     return jnp.asarray(mask, jnp.float32), jnp.asarray(outputs)
 
 
-def run_edge(model, graph: Graph, tokens, others, edge, *, start: int = 0, mine: Recorded | None = None):
-    """`run` with the one edge (sender, receiver) = `edge` (an int pair, traced or not) patched: the same
-    logits, computed with the model's own blocks from block `start` (the edge must go into it or a
-    later one; the logits: `n_layers`), beginning from the stream `mine` (`record` of `tokens`;
-    made here when None) gives it: under `vmap` over edges, made once."""
+def run_edge(model, graph: Graph, tokens, others, edge, *, start: int = 0,
+             mine: Recorded | None = None):
+    """`run` with the one edge (sender, receiver) = `edge` (an int pair, traced or not) patched:
+    the same logits, computed with the model's own blocks from block `start` (the edge must go into
+    it or a later one; the logits: `n_layers`), beginning from the stream `mine` (`record` of
+    `tokens`; made here when None) gives it: under `vmap` over edges, made once."""
     n = model.config.n_layers
     if isinstance(start, bool) or not isinstance(start, (int, np.integer)) or not 0 <= start <= n:
-        raise ConfigError(f"start={start!r} must be a block from 0 to {n} (the logits' {n}) at or before the edge's")
+        raise ConfigError(f"start={start!r} must be a block from 0 to {n} (the logits' {n}) at or "
+                          "before the edge's")
     if not isinstance(edge, jax.core.Tracer):
         _check_edge(graph, edge, start, n)
     mine = record(model, tokens, graph) if mine is None else mine
@@ -263,8 +284,9 @@ def run_edge(model, graph: Graph, tokens, others, edge, *, start: int = 0, mine:
 def _check_edge(graph: Graph, edge, start: int, n: int) -> None:
     pair = tuple(int(v) for v in np.asarray(edge).reshape(-1))
     if pair not in set(graph.edges):
-        raise ConfigError(f"edge={pair} is no (sender, receiver) pair of the graph: take one of graph.edges")
+        raise ConfigError(f"edge={pair} is no (sender, receiver) pair of the graph: "
+                          "take one of graph.edges")
     into = block_of(graph.receivers[pair[1]], n)
     if start > into:
-        raise ConfigError(f"start={start} is past the edge's receiver ({graph.receivers[pair[1]]}, block {into}): "
-                          f"start at block {into} or before")
+        raise ConfigError(f"start={start} is past the edge's receiver ({graph.receivers[pair[1]]}, "
+                          f"block {into}): start at block {into} or before")
