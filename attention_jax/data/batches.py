@@ -23,7 +23,8 @@ def train_val_split(tokens, frac: float = 0.9) -> tuple[np.ndarray, np.ndarray]:
     tokens = np.asarray(tokens)
     cut = int(len(tokens) * float(frac))
     if cut == 0 or cut == len(tokens):
-        raise DataError(f"{len(tokens)} tokens cannot be split {frac:.2f}/{1 - frac:.2f}; use a larger corpus")
+        raise DataError(f"{len(tokens)} tokens cannot be split {frac:.2f}/{1 - frac:.2f}; "
+                        "use a larger corpus")
     return tokens[:cut], tokens[cut:]
 
 

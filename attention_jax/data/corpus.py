@@ -67,7 +67,8 @@ def cache_dir() -> pathlib.Path:
 
 def new_file(folder: pathlib.Path, prefix: str) -> tuple[int, str]:
     """A temporary file beside its final name (renamed over it when written), readable as any file
-    this user creates (umask permitting): mkstemp's own 0600 would hide shared results from others."""
+    this user creates (umask permitting): mkstemp's own 0600 would hide shared
+    results from others."""
     fd, tmp = tempfile.mkstemp(dir=folder, prefix=prefix, suffix=".tmp")
     mask = os.umask(0)
     os.umask(mask)
@@ -215,8 +216,8 @@ def resolve_corpus(path: str | os.PathLike | None = None, *, download: bool = Tr
         given = pathlib.Path(path).expanduser()
         candidate = given / CORPUS_NAME if given.is_dir() else given
         if not candidate.is_file():
-            raise DataError(f"corpus not found at {candidate} (the path given): no such file; give the path of "
-                            f"{CORPUS_NAME}, or of a folder holding it")
+            raise DataError(f"corpus not found at {candidate} (the path given): no such file; give "
+                            f"the path of {CORPUS_NAME}, or of a folder holding it")
         return _verified(candidate)
     folder = os.environ.get(DATA_ENV)
     if folder:
@@ -228,5 +229,6 @@ def resolve_corpus(path: str | os.PathLike | None = None, *, download: bool = Tr
     if cached.is_file():
         return _verified(cached)
     if not download:
-        raise DataError(f"{CORPUS_NAME} not found and downloading is off; {_ways()} (or connect to the internet)")
+        raise DataError(f"{CORPUS_NAME} not found and downloading is off; {_ways()} (or connect "
+                        "to the internet)")
     return _download(cached)

@@ -33,18 +33,20 @@ class CorpusInfo:
 
 
 def check_text_file(path) -> CorpusInfo:
-    """A readable, non-empty UTF-8 text file, or one `DataError` line saying what is wrong with it."""
+    """A readable, non-empty UTF-8 text file, or one `DataError` line saying what is
+    wrong with it."""
     p = pathlib.Path(path).expanduser()
     if not p.is_file():
-        what = ("a folder, not a file" if p.is_dir() else "not a regular file (a pipe, device or socket)"
-                if p.exists() else "no such file")
+        what = ("a folder, not a file" if p.is_dir() else
+                "not a regular file (a pipe, device or socket)" if p.exists() else "no such file")
         raise DataError(f"{path}: {what}; give the path of a UTF-8 text file")
     try:
         size = p.stat().st_size
         with open(p, "rb") as f:
             head = f.read(SNIFF_BYTES)
         if size == 0:
-            raise DataError(f"{path}: the file is empty; give a text of at least a few thousand words")
+            raise DataError(f"{path}: the file is empty; "
+                            "give a text of at least a few thousand words")
         if b"\x00" in head:
             raise DataError(f"{path}: this looks like a binary file (it holds NUL bytes); "
                             "give a plain UTF-8 text file")
@@ -53,6 +55,7 @@ def check_text_file(path) -> CorpusInfo:
         raise DataError(f"{path}: not UTF-8 text (byte {e.start} cannot be decoded); "
                         "convert it, e.g. iconv -t UTF-8") from None
     except OSError as e:
-        raise DataError(f"{path}: cannot read it ({' '.join(str(e.strerror or e).split())})") from None
+        raise DataError(f"{path}: cannot read it "
+                        f"({' '.join(str(e.strerror or e).split())})") from None
     digest = sha256_file(p)
     return CorpusInfo(p.absolute(), digest, digest == CORPUS_SHA256)

@@ -70,8 +70,10 @@ class WorldSpec:
     val_review_share: float = 0.1
 
     def __post_init__(self):
-        counts = (self.n_people, self.n_cities, self.train_epochs, self.val_epochs, self.reviews_per_epoch)
-        if min(counts) < 1 or max(self.n_people, self.n_cities) > 2000 or not 0 < self.val_review_share < 1:
+        counts = (self.n_people, self.n_cities, self.train_epochs, self.val_epochs,
+                  self.reviews_per_epoch)
+        if min(counts) < 1 or max(self.n_people, self.n_cities) > 2000 \
+                or not 0 < self.val_review_share < 1:
             raise ConfigError(f"{self} needs counts >= 1, at most 2000 people and cities, "
                               f"and val_review_share in (0, 1); use e.g. WorldSpec()")
 
@@ -89,7 +91,8 @@ class CharTokenizer:
 
     def __init__(self, alphabet: str = ALPHABET):
         if len(set(alphabet)) != len(alphabet) or not alphabet:
-            raise ConfigError(f"alphabet {alphabet!r} must be non-empty without repeated characters")
+            raise ConfigError(f"alphabet {alphabet!r} must be non-empty "
+                              "without repeated characters")
         self.alphabet = alphabet
         self.index = {c: i for i, c in enumerate(alphabet)}
 
@@ -102,8 +105,8 @@ class CharTokenizer:
             return np.fromiter((self.index[c] for c in text), dtype=np.int32, count=len(text))
         except KeyError as err:
             ch = err.args[0]
-            raise DataError(f"character {ch!r} (U+{ord(ch):04X}) at position {text.index(ch)} is not in "
-                            f"the {len(self.alphabet)}-symbol alphabet {self.alphabet!r}; "
+            raise DataError(f"character {ch!r} (U+{ord(ch):04X}) at position {text.index(ch)} is "
+                            f"not in the {len(self.alphabet)}-symbol alphabet {self.alphabet!r}; "
                             f"remove or replace it") from None
 
     def decode(self, ids) -> str:
@@ -131,13 +134,16 @@ def build_world(spec: WorldSpec | None = None, seed: int = 0) -> World:
     """People, cities and the train/val texts; a pure function of (spec, seed)."""
     spec = spec or WorldSpec()
     rng = np.random.default_rng(seed)
-    taken = {w for p in PATTERNS.values() for w in re.findall(r"[a-z]+", p)}  # no name may be a template word
+    taken = {w for p in PATTERNS.values()
+             for w in re.findall(r"[a-z]+", p)}  # no name may be a template word
     cities = tuple(_words(rng, spec.n_cities, "CVCCV", taken))
     names = _words(rng, spec.n_people, "CVCV", taken)
     # Every city gets someone before the rest are spread at random: no city is a dead word.
-    homes = list(cities[: spec.n_people]) + list(rng.choice(cities, max(0, spec.n_people - len(cities))))
+    homes = list(cities[: spec.n_people]) + \
+        list(rng.choice(cities, max(0, spec.n_people - len(cities))))
     people = tuple(Person(n, str(c)) for n, c in zip(names, rng.permutation(homes)))
-    combos = [(f, t, s, m, b) for f in FOODS for t in TASTES for s in STAFF for m in MANNERS for b in (0, 1)]
+    combos = [(f, t, s, m, b)
+              for f in FOODS for t in TASTES for s in STAFF for m in MANNERS for b in (0, 1)]
     order = rng.permutation(len(combos))
     cut = max(1, int(round(spec.val_review_share * len(combos))))
     val_combos, train_combos = [combos[i] for i in order[:cut]], [combos[i] for i in order[cut:]]
@@ -152,12 +158,15 @@ def build_world(spec: WorldSpec | None = None, seed: int = 0) -> World:
         for _ in range(epochs):
             epoch = [f"{p.name} lives in {p.city}." for p in people]
             epoch += [f"q: where does {p.name} live? a: {p.city}." for p in people]
-            epoch += [f"q: how many people live in {c}? a: {sum(p.city == c for p in people)}." for c in cities]
-            epoch += [review(*pool[i]) for i in rng.integers(len(pool), size=spec.reviews_per_epoch)]
+            epoch += [f"q: how many people live in {c}? a: {sum(p.city == c for p in people)}."
+                      for c in cities]
+            epoch += [review(*pool[i])
+                      for i in rng.integers(len(pool), size=spec.reviews_per_epoch)]
             lines += [epoch[i] for i in rng.permutation(len(epoch))]
         return "".join("\n" + line for line in lines)
 
-    return World(people, cities, text(spec.train_epochs, train_combos), text(spec.val_epochs, val_combos))
+    return World(people, cities, text(spec.train_epochs, train_combos),
+                 text(spec.val_epochs, val_combos))
 
 
 def parse_line(line: str) -> tuple[str, dict[str, str]]:
@@ -200,7 +209,8 @@ def fact_batch(tok: CharTokenizer, world: World) -> tuple[np.ndarray, np.ndarray
     Padding (right, weight 0) never reaches a scored position under a causal mask.
     """
     rows = [tok.encode(p + a) for p, a in map(fact_prompt, world.people)]
-    starts = [len(fact_prompt(p)[0]) - 1 for p in world.people]  # the input that predicts the answer's 1st char
+    starts = [len(fact_prompt(p)[0]) - 1 for p in world.people]  # the input that predicts the
+                                                                 # answer's 1st char
     shape = (len(rows), max(map(len, rows)) - 1)
     x, y, w = np.zeros(shape, np.int32), np.zeros(shape, np.int32), np.zeros(shape, np.float32)
     for i, (ids, s) in enumerate(zip(rows, starts)):

@@ -26,17 +26,20 @@ from attention_jax.errors import ConfigError, DataError
 
 TOKENIZER_FILE = "tokenizer.json"
 TOKENS_FILE = "tokens.npy"
-MANIFEST_FILE = "manifest.json"   # the sha256 of each file as written: a file that differs is rebuilt
+MANIFEST_FILE = "manifest.json"   # the sha256 of each file as written:
+                                  # a file that differs is rebuilt
 MIN_FREQUENCY = 2  # pairs seen once are noise; with this setting the corpus gives 459,792 ids
 LONGEST = 256      # characters without a space that BPE training takes as one run (longer: cut)
 _LONG_RUN = re.compile(rf"\S{{{LONGEST + 1},}}")
-PIECE = 1 << 20    # characters encoded at a time: the encoder holds ~200 bytes a character while it works
+PIECE = 1 << 20    # characters encoded at a time:
+                   # the encoder holds ~200 bytes a character while it works
 _SAFE_CUT = re.compile(r"\S(?=\n)")
 
 
 def _folder(corpus: pathlib.Path, vocab_size: int, cache: pathlib.Path | None) -> pathlib.Path:
     if int(vocab_size) < 257:
-        raise ConfigError(f"BPE vocab_size {vocab_size} is too small; use at least 257 (256 bytes + merges)")
+        raise ConfigError(f"BPE vocab_size {vocab_size} is too small; use at least 257 "
+                          "(256 bytes + merges)")
     # The corpus's own hash (not the expected constant) so small test corpora get their own key.
     root = pathlib.Path(cache) if cache is not None else cache_dir()
     try:
@@ -45,7 +48,8 @@ def _folder(corpus: pathlib.Path, vocab_size: int, cache: pathlib.Path | None) -
     except OSError as err:
         reason = " ".join(str(err).split())
         raise DataError(f"cannot prepare the token cache for {corpus} ({reason}); "
-                        f"check the corpus path and set ATTENTION_JAX_CACHE=FOLDER to a writable folder") from None
+                        "check the corpus path and set ATTENTION_JAX_CACHE=FOLDER to "
+                        "a writable folder") from None
     return folder
 
 
@@ -69,7 +73,8 @@ def _train(corpus: pathlib.Path, vocab_size: int) -> tokenizers.Tokenizer:
     runs cut into pieces of LONGEST. Training runs in a thread of its own, so that a Ctrl-C is
     answered at once (the library holds Python's main thread for the whole of it otherwise)."""
     bpe = tokenizers.ByteLevelBPETokenizer(add_prefix_space=False)
-    options = dict(vocab_size=vocab_size, min_frequency=MIN_FREQUENCY, special_tokens=[], show_progress=False)
+    options = dict(vocab_size=vocab_size, min_frequency=MIN_FREQUENCY, special_tokens=[],
+                   show_progress=False)
     text = _read_text(corpus)
     if _LONG_RUN.search(text) is None:
         _interruptible(lambda: bpe.train([str(corpus)], **options))
@@ -80,8 +85,8 @@ def _train(corpus: pathlib.Path, vocab_size: int) -> tokenizers.Tokenizer:
 
 
 def _interruptible(work) -> None:
-    """`work()` in a daemon thread, the caller waiting in slices so that Ctrl-C reaches it within 0.1 s
-    (the thread is left to finish, or to end with the process)."""
+    """`work()` in a daemon thread, the caller waiting in slices so that Ctrl-C reaches it within
+    0.1 s (the thread is left to finish, or to end with the process)."""
     failed = []
 
     def run():
@@ -99,8 +104,9 @@ def _interruptible(work) -> None:
 
 def pieces(text: str, size: int = PIECE):
     """`text` in pieces of about `size` characters, each cut just before a line break that follows a
-    character other than a space: where GPT-2's pre-tokenizer cuts anyway, so the pieces' ids are the
-    whole text's (a test checks it). Where no such place comes within `size` more, cut at `size`."""
+    character other than a space: where GPT-2's pre-tokenizer cuts anyway, so the pieces' ids are
+    the whole text's (a test checks it). Where no such place comes within `size` more,
+    cut at `size`."""
     start = 0
     while start < len(text):
         end = start + size
@@ -136,7 +142,8 @@ def _record(folder: pathlib.Path, name: str) -> None:
     manifest[name] = sha256_file(folder / name)
     if name == TOKENIZER_FILE:
         manifest.pop(TOKENS_FILE, None)   # ids made by an earlier tokenizer are not this one's
-    _atomic_write(folder / MANIFEST_FILE, lambda tmp: pathlib.Path(tmp).write_text(json.dumps(manifest, indent=1)))
+    _atomic_write(folder / MANIFEST_FILE,
+                  lambda tmp: pathlib.Path(tmp).write_text(json.dumps(manifest, indent=1)))
 
 
 def _intact(folder: pathlib.Path, name: str) -> bool:
@@ -146,12 +153,14 @@ def _intact(folder: pathlib.Path, name: str) -> bool:
         return False
     if _manifest(folder).get(name) == sha256_file(path):
         return True
-    print(f"note: {path} is damaged or not this cache's own; rebuilding it", file=sys.stderr, flush=True)
+    print(f"note: {path} is damaged or not this cache's own; rebuilding it", file=sys.stderr,
+          flush=True)
     return False
 
 
 def _tokenizer_and_flag(corpus, vocab_size, folder) -> tuple[tokenizers.Tokenizer, bool]:
-    """The cached tokenizer, training and storing it if absent, unreadable or changed; flag = trained."""
+    """The cached tokenizer, training and storing it if absent, unreadable or changed;
+    flag = trained."""
     path = folder / TOKENIZER_FILE
     tok = _read_tokenizer(path) if _intact(folder, TOKENIZER_FILE) else None
     if tok is not None:
@@ -187,7 +196,8 @@ def _read_text(corpus: pathlib.Path) -> str:
         return pathlib.Path(corpus).read_text(encoding="utf-8")
     except (OSError, UnicodeDecodeError) as err:
         reason = " ".join(str(err).split())
-        raise DataError(f"cannot read corpus {corpus} as UTF-8 text ({reason}); supply the original file") from None
+        raise DataError(f"cannot read corpus {corpus} as UTF-8 text ({reason}); "
+                        "supply the original file") from None
 
 
 def load_tokens(corpus: pathlib.Path, *, vocab_size: int = 1024, cache: pathlib.Path | None = None,
@@ -198,7 +208,8 @@ def load_tokens(corpus: pathlib.Path, *, vocab_size: int = 1024, cache: pathlib.
     tok, trained = _tokenizer_and_flag(corpus, vocab_size, folder)
     path = folder / TOKENS_FILE
     # Ids from an earlier tokenizer are not trusted once the tokenizer had to be retrained.
-    ids = None if trained or not _intact(folder, TOKENS_FILE) else _read_tokens(path, tok.get_vocab_size())
+    ids = None if trained or not _intact(folder, TOKENS_FILE) \
+        else _read_tokens(path, tok.get_vocab_size())
     text = _read_text(corpus) if (ids is None or verbose) else ""
     status = "cached"
     if ids is None:

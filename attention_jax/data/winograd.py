@@ -3,7 +3,8 @@
     the {x} did not cross the {y} because it was too {adj} , so the {ref} waited .
 
 Only one position is scored: the input "the" after "so", whose target is the referent
-(index 14 of the 17 inputs, as in the book: "位置 14 的 the", 15 visible tokens at 0.067). Adjectives pick the referent by role, not by category: tired/scared/slow/weak
+(index 14 of the 17 inputs, as in the book: "位置 14 的 the", 15 visible tokens at 0.067).
+Adjectives pick the referent by role, not by category: tired/scared/slow/weak
 make it the crosser x, wet/wide/busy/steep the crossed y. Clean task: x and y come from one
 pool of 16 nouns, any noun in either slot, and the held-out pairs are those whose reverse
 order is in training, so a model that knows which two nouns occurred but not their order
@@ -45,15 +46,20 @@ ADJECTIVES = (("tired", "x"), ("scared", "x"), ("slow", "x"), ("weak", "x"),
               ("wet", "y"), ("wide", "y"), ("busy", "y"), ("steep", "y"))
 KINDS = ("animal", "place")
 SLOTS = ("{x}", "{y}", "{adj}", "{ref}")
-# Words for pools other than the book's (`draw_pool`): none of them is one of its words or the template's.
-MORE_ANIMALS = ("mouse", "rabbit", "deer", "wolf", "bear", "duck", "goose", "hen", "pig", "mule", "donkey", "camel",
-                "lion", "tiger", "otter", "badger", "hare", "lamb", "calf", "pony", "moose", "boar", "frog", "turtle")
-MORE_PLACES = ("lane", "canal", "stream", "valley", "meadow", "plaza", "path", "trail", "creek", "ditch", "ramp",
-               "tunnel", "park", "garden", "court", "alley", "avenue", "bay", "pond", "lawn", "moat", "gorge",
-               "hill", "marsh")
-MORE_ADJECTIVES = {"x": ("sleepy", "lazy", "old", "afraid", "small", "hungry", "sick", "shy", "lame", "nervous"),
-                   "y": ("icy", "narrow", "muddy", "dark", "long", "crowded", "deep", "rough", "high", "flooded")}
-NOUNS_FORMAT = "one noun per line, optionally followed by its kind animal or place; # starts a comment"
+# Words for pools other than the book's (`draw_pool`): none of them is one of its words
+# or the template's.
+MORE_ANIMALS = ("mouse", "rabbit", "deer", "wolf", "bear", "duck", "goose", "hen", "pig", "mule",
+                "donkey", "camel", "lion", "tiger", "otter", "badger", "hare", "lamb", "calf",
+                "pony", "moose", "boar", "frog", "turtle")
+MORE_PLACES = ("lane", "canal", "stream", "valley", "meadow", "plaza", "path", "trail", "creek",
+               "ditch", "ramp", "tunnel", "park", "garden", "court", "alley", "avenue", "bay",
+               "pond", "lawn", "moat", "gorge", "hill", "marsh")
+MORE_ADJECTIVES = {"x": ("sleepy", "lazy", "old", "afraid", "small", "hungry", "sick", "shy",
+                         "lame", "nervous"),
+                   "y": ("icy", "narrow", "muddy", "dark", "long", "crowded", "deep", "rough",
+                         "high", "flooded")}
+NOUNS_FORMAT = ("one noun per line, optionally followed by its kind animal or place; "
+                "# starts a comment")
 ADJECTIVES_FORMAT = "one 'word x' or 'word y' per line (x: it is the first noun, y: the second)"
 
 
@@ -77,17 +83,20 @@ class WinogradSpec:
         if not 0.0 < self.heldout_fraction <= 0.5:
             raise ConfigError(f"heldout_fraction {self.heldout_fraction} must lie in (0, 0.5]")
         seen: dict[str, str] = {w: "template" for w in words if w not in SLOTS}
-        for word, role in [(n, "noun") for n in self.nouns] + [(a, "adjective") for a, _ in self.adjectives]:
+        for word, role in [(n, "noun") for n in self.nouns] + \
+                [(a, "adjective") for a, _ in self.adjectives]:
             if not word or any(c.isspace() for c in word) or word in seen:
                 raise DataError(f"{role} {word!r} is empty, has whitespace, or is already a "
-                                f"{seen.get(word, role)} word; rename it in the nouns/adjectives file")
-            if "{" in word or "}" in word:     # a slot marker as a word would be filled in every sentence
+                                f"{seen.get(word, role)} word; "
+                                "rename it in the nouns/adjectives file")
+            if "{" in word or "}" in word:     # a slot marker as a word would be filled
+                                               # in every sentence
                 raise DataError(f"{role} {word!r} holds a brace, which marks the template's slots; "
                                 "rename it in the nouns/adjectives file")
             seen[word] = role
         if len(self.nouns) < 2 or {s for _, s in self.adjectives} != {"x", "y"}:
-            raise DataError("the task needs at least 2 nouns and at least one 'x' and one 'y' adjective; "
-                            "extend the nouns/adjectives files")
+            raise DataError("the task needs at least 2 nouns and at least one 'x' and one 'y' "
+                            "adjective; extend the nouns/adjectives files")
 
     def kind(self, kind: str) -> tuple[str, ...]:
         return tuple(n for n, k in zip(self.nouns, self.kinds) if k == kind)
@@ -107,7 +116,8 @@ def _lines(path, what: str, fmt: str) -> list[tuple[int, list[str]]]:
     seen: dict[str, int] = {}
     for i, fields in rows:
         if fields[0] in seen:
-            raise DataError(f"{path}:{i}: {fields[0]!r} repeats line {seen[fields[0]]}; keep one line per word")
+            raise DataError(f"{path}:{i}: {fields[0]!r} repeats line {seen[fields[0]]}; "
+                            "keep one line per word")
         seen[fields[0]] = i
     return rows
 
@@ -117,10 +127,12 @@ def load_nouns(path) -> tuple[tuple[str, ...], tuple[str, ...]]:
     rows = _lines(path, "nouns", NOUNS_FORMAT)
     for i, fields in rows:
         if len(fields) > 2 or (len(fields) == 2 and fields[1] not in KINDS):
-            raise DataError(f"{path}:{i}: {' '.join(fields)!r} is not one word plus an optional animal/place; "
-                            f"join multi-word nouns with '_' (e.g. {'_'.join(fields)})")
+            raise DataError(f"{path}:{i}: {' '.join(fields)!r} is not one word plus an optional "
+                            "animal/place; join multi-word nouns with '_' "
+                            f"(e.g. {'_'.join(fields)})")
     if len(rows) < 2:
-        raise DataError(f"nouns file {path} lists 1 noun; the task needs at least 2 ({NOUNS_FORMAT})")
+        raise DataError(f"nouns file {path} lists 1 noun; the task needs at least 2 "
+                        f"({NOUNS_FORMAT})")
     return tuple(f[0] for _, f in rows), tuple(f[1] if len(f) == 2 else "" for _, f in rows)
 
 
@@ -130,14 +142,16 @@ def load_adjectives(path) -> tuple[tuple[str, str], ...]:
     for i, fields in rows:
         if len(fields) == 1 or (len(fields) == 2 and fields[1] not in ("x", "y")):
             raise DataError(f"{path}:{i}: adjective {fields[0]!r} has no referent x or y; "
-                            f"write '{fields[0]} x' (it = first noun) or '{fields[0]} y' (it = second noun)")
+                            f"write '{fields[0]} x' (it = first noun) or '{fields[0]} y' "
+                            "(it = second noun)")
         if len(fields) > 2:
             raise DataError(f"{path}:{i}: {' '.join(fields[:-1])!r} is not one word; "
                             f"join multi-word adjectives with '_' and end the line with x or y")
     return tuple((f[0], f[1]) for _, f in rows)
 
 
-def draw_pool(k: int, *, nouns_per_kind: int = 8, adjectives_per_side: int = 4, seed: int = 0) -> WinogradSpec:
+def draw_pool(k: int, *, nouns_per_kind: int = 8, adjectives_per_side: int = 4,
+              seed: int = 0) -> WinogradSpec:
     """Word pool `k`: 0 is the book's; any other, 8 animals, 8 places and 4 adjectives of each side
     drawn from the built-in lists (none of the book's words) with default_rng((seed, k)), the same
     pool for the same k on every machine."""
@@ -146,10 +160,13 @@ def draw_pool(k: int, *, nouns_per_kind: int = 8, adjectives_per_side: int = 4, 
     if k < 0:
         raise ConfigError(f"pool {k} does not exist; pools are 0 (the book's), 1, 2, ...")
     rng = np.random.default_rng((seed, k))
-    pick = lambda words, n: tuple(words[i] for i in sorted(rng.choice(len(words), n, replace=False)))
+    pick = lambda words, n: tuple(words[i]
+                                  for i in sorted(rng.choice(len(words), n, replace=False)))
     animals, places = pick(MORE_ANIMALS, nouns_per_kind), pick(MORE_PLACES, nouns_per_kind)
-    adjectives = tuple((a, side) for side in ("x", "y") for a in pick(MORE_ADJECTIVES[side], adjectives_per_side))
-    return WinogradSpec(nouns=animals + places, kinds=("animal",) * len(animals) + ("place",) * len(places),
+    adjectives = tuple((a, side) for side in ("x", "y")
+                       for a in pick(MORE_ADJECTIVES[side], adjectives_per_side))
+    return WinogradSpec(nouns=animals + places,
+                        kinds=("animal",) * len(animals) + ("place",) * len(places),
                         adjectives=adjectives)
 
 
@@ -172,7 +189,8 @@ def vocabulary(spec: WinogradSpec) -> tuple[str, ...]:
 
 def render(spec: WinogradSpec, x: str, y: str, adj: str) -> str:
     ref = x if dict(spec.adjectives)[adj] == "x" else y
-    return spec.template.replace("{x}", x).replace("{y}", y).replace("{adj}", adj).replace("{ref}", ref)
+    filled = spec.template.replace("{x}", x).replace("{y}", y).replace("{adj}", adj)
+    return filled.replace("{ref}", ref)
 
 
 def parse(spec: WinogradSpec, sentence: str) -> dict[str, str]:
@@ -201,14 +219,16 @@ def encode(sentences, vocab: tuple[str, ...]) -> np.ndarray:
 Pair = tuple[str, str]
 
 
-def _hold_out(rng, candidates: list[Pair], n_held: int, reverse: bool) -> tuple[list[Pair], list[Pair]]:
+def _hold_out(rng, candidates: list[Pair], n_held: int,
+              reverse: bool) -> tuple[list[Pair], list[Pair]]:
     """Draw held-out pairs; with `reverse`, candidates are unordered and one order is held out."""
     for _ in range(100):  # redraw until each held-out noun is trained in the slot it is tested in
         pick = sorted(rng.choice(len(candidates), size=n_held, replace=False))
         held = [candidates[i][::-1] if reverse and rng.integers(2) else candidates[i] for i in pick]
         pool = [p for c in candidates for p in ((c, c[::-1]) if reverse else (c,))]
         train = [p for p in pool if p not in held]
-        if {x for x, _ in held} <= {x for x, _ in train} and {y for _, y in held} <= {y for _, y in train}:
+        if {x for x, _ in held} <= {x for x, _ in train} \
+                and {y for _, y in held} <= {y for _, y in train}:
             break  # tiny pools may never pass; their last draw is still a valid split
     return train, sorted(held, key=pool.index)
 
@@ -270,15 +290,18 @@ def _split(spec: WinogradSpec, vocab: tuple[str, ...], pairs: list[Pair]) -> Win
     ref = np.where(cols[3] == "x", cols[0], cols[1])
     other = np.where(cols[3] == "x", cols[1], cols[0])
     ids_of = np.vectorize(vocab.index, otypes=[np.int32])
-    return WinogradSplit(sentences, ids[:, :-1], ids[:, 1:], weights, pos, *cols, ids_of(ref), ids_of(other))
+    return WinogradSplit(sentences, ids[:, :-1], ids[:, 1:], weights, pos, *cols, ids_of(ref),
+                         ids_of(other))
 
 
-def make_task(spec: WinogradSpec | None = None, *, leaky: bool = False, seed: int = 0) -> WinogradTask:
+def make_task(spec: WinogradSpec | None = None, *, leaky: bool = False,
+              seed: int = 0) -> WinogradTask:
     """The clean (or leaky) task: every train/held-out pair crossed with every adjective."""
     spec = spec or WinogradSpec()
     train, held = (leaky_pairs if leaky else clean_pairs)(spec, seed)
     vocab = vocabulary(spec)
-    return WinogradTask(spec, leaky, vocab, train, held, _split(spec, vocab, train), _split(spec, vocab, held))
+    return WinogradTask(spec, leaky, vocab, train, held, _split(spec, vocab, train),
+                        _split(spec, vocab, held))
 
 
 def score(logits, split: WinogradSplit) -> dict:
@@ -289,7 +312,8 @@ def score(logits, split: WinogradSplit) -> dict:
     logits = np.asarray(logits)
     at = logits[:, split.position] if logits.ndim == 3 else logits
     if at.shape[0] != len(split.sentences):
-        raise ConfigError(f"logits for {at.shape[0]} sentences scored against {len(split.sentences)}")
+        raise ConfigError(f"logits for {at.shape[0]} sentences scored against "
+                          f"{len(split.sentences)}")
     pick = at.argmax(-1)
     right, other = pick == split.ref_id, pick == split.other_id
     by_adj = {a: float(right[split.adj == a].mean()) for a in dict.fromkeys(split.adj.tolist())}
