@@ -24,12 +24,13 @@ ACTIVATIONS = ("gelu", "relu")         # the feed-forward's nonlinearity; GELU's
 
 
 def _whole_numbers(config, names) -> None:
-    """Integral values (a NumPy sweep's np.int64, say) stored as plain int, and every other real number
-    (np.float32) of any field as a plain float, so configs compare, hash and serialise (JSON) alike;
-    bools are left for the checks to refuse."""
+    """Integral values (a NumPy sweep's np.int64, say) stored as plain int, and every other real
+    number (np.float32) of any field as a plain float, so configs compare, hash and serialise
+    (JSON) alike; bools are left for the checks to refuse."""
     for name in names:
         value = getattr(config, name)
-        if isinstance(value, numbers.Integral) and not isinstance(value, bool) and type(value) is not int:
+        if isinstance(value, numbers.Integral) and not isinstance(value, bool) \
+                and type(value) is not int:
             object.__setattr__(config, name, int(value))
     for field in dataclasses.fields(config):
         value = getattr(config, field.name)
@@ -42,7 +43,8 @@ FLOAT32_TINY, FLOAT32_MAX = 1.1754943508222875e-38, 3.4028234663852886e38
 
 
 def _whole(value) -> bool:
-    """A positive whole number an int32 holds, not a bool (True is an int to Python, never a layer count)."""
+    """A positive whole number an int32 holds, not a bool (True is an int to Python, never a
+    layer count)."""
     return isinstance(value, int) and not isinstance(value, bool) and 0 < value <= INT32_MAX
 
 
@@ -86,8 +88,10 @@ class ModelConfig:
     init: str = "torch"                # PyTorch's default initialisation (the book's), or GPT-2's
     ln_eps: float = 1e-5
     rope_base: float = 10000.0
-    gelu: str = "exact"                # the feed-forward's GELU: "exact" (erf, the book's) or "tanh" (GPT-2's)
-    output_bias: bool = True           # an untied output layer's bias (with `bias`); GPT-2's has none
+    gelu: str = "exact"                # the feed-forward's GELU: "exact" (erf, the book's) or
+                                       # "tanh" (GPT-2's)
+    output_bias: bool = True           # an untied output layer's bias (with `bias`);
+                                       # GPT-2's has none
     # Where compiled models (tracr's: attention_jax.compiled) differ; the defaults: all others.
     causal: bool = True                # attend to the past and oneself; False: to every position
     activation: str = "gelu"           # the feed-forward's nonlinearity: "gelu" or "relu"
@@ -99,46 +103,56 @@ class ModelConfig:
             if not ok:
                 raise ConfigError(f"invalid ModelConfig: {msg}")
 
-        _whole_numbers(self, ("vocab_size", "context", "max_positions", "d_model", "n_layers", "n_heads", "d_head",
-                              "ff_mult", "ff_width", "output_size"))
+        _whole_numbers(self, ("vocab_size", "context", "max_positions", "d_model", "n_layers",
+                              "n_heads", "d_head", "ff_mult", "ff_width", "output_size"))
         # A switch must be a bool: the string "false" from a config file is truthy and would
         # leave LayerNorm on while saying it is off.
-        for name in ("residual", "feed_forward", "layer_norm", "scale", "tie_embeddings", "bias", "qkv_bias",
-                     "output_bias", "causal"):
-            need(isinstance(getattr(self, name), bool), f"{name}={getattr(self, name)!r} must be True or False")
+        for name in ("residual", "feed_forward", "layer_norm", "scale", "tie_embeddings", "bias",
+                     "qkv_bias", "output_bias", "causal"):
+            need(isinstance(getattr(self, name), bool),
+                 f"{name}={getattr(self, name)!r} must be True or False")
         need(self.mixer in MIXERS, f"mixer={self.mixer!r}; choose one of {', '.join(MIXERS)}")
-        need(self.positions in POSITIONS, f"positions={self.positions!r}; choose one of {', '.join(POSITIONS)}")
+        need(self.positions in POSITIONS,
+             f"positions={self.positions!r}; choose one of {', '.join(POSITIONS)}")
         need(self.norm in NORMS, f"norm={self.norm!r}; choose 'pre' or 'post'")
         need(self.init in INITS, f"init={self.init!r}; choose 'torch' or 'gpt2'")
         for name in ("vocab_size", "context", "d_model", "n_layers", "n_heads", "ff_mult"):
-            need(_whole(getattr(self, name)), f"{name}={getattr(self, name)!r} must be a positive integer up to 2**31 - 1")
+            need(_whole(getattr(self, name)),
+                 f"{name}={getattr(self, name)!r} must be a positive integer up to 2**31 - 1")
         need(self.max_positions is None or _whole(self.max_positions),
-             f"max_positions={self.max_positions!r} must be a positive integer up to 2**31 - 1 (or None for context)")
+             f"max_positions={self.max_positions!r} must be a positive integer up to 2**31 - 1 "
+             "(or None for context)")
         need(_finite(self.dropout) and 0.0 <= self.dropout < 1.0,
              f"dropout={self.dropout!r} must be a number in [0, 1) (the probability of dropping)")
         # LayerNorm divides by sqrt(var + ln_eps): 0 divides a constant vector by zero and a
         # negative one takes the root of a negative number, both NaN at the first step.
         need(_positive32(self.ln_eps),
-             f"ln_eps={self.ln_eps!r} must be a finite positive number (LayerNorm's variance floor, e.g. 1e-5)")
+             f"ln_eps={self.ln_eps!r} must be a finite positive number (LayerNorm's variance "
+             "floor, e.g. 1e-5)")
         # RoPE's frequencies are rope_base ** (-2i/d): 0 or a negative base gives inf or NaN.
         need(_positive32(self.rope_base) and self.rope_base > 1,
-             f"rope_base={self.rope_base!r} must be a finite number above 1 (RoPE's frequency base, e.g. 10000; "
-             "below 1 its frequencies overflow)")
+             f"rope_base={self.rope_base!r} must be a finite number above 1 (RoPE's frequency "
+             "base, e.g. 10000; below 1 its frequencies overflow)")
         if self.mixer == "heads" and self.d_head is None:
             need(self.d_model % self.n_heads == 0,
                  f"d_model={self.d_model} is not divisible by n_heads={self.n_heads}; "
                  "pick a multiple or set d_head")
-        need(self.d_head is None or _whole(self.d_head), f"d_head={self.d_head!r} must be a positive integer up to 2**31 - 1")
+        need(self.d_head is None or _whole(self.d_head),
+             f"d_head={self.d_head!r} must be a positive integer up to 2**31 - 1")
         if self.positions == "rope":
-            need(self.mixer in ("head", "heads"), "positions='rope' rotates queries and keys; it needs mixer 'head' or 'heads'")
-            need(self.d_head_used % 2 == 0, f"positions='rope' needs an even d_head, got {self.d_head_used}")
+            need(self.mixer in ("head", "heads"),
+                 "positions='rope' rotates queries and keys; it needs mixer 'head' or 'heads'")
+            need(self.d_head_used % 2 == 0,
+                 f"positions='rope' needs an even d_head, got {self.d_head_used}")
         if self.positions == "alibi":
-            need(self.mixer in ("head", "heads"), "positions='alibi' biases attention scores; it needs mixer 'head' or 'heads'")
+            need(self.mixer in ("head", "heads"),
+                 "positions='alibi' biases attention scores; it needs mixer 'head' or 'heads'")
         if self.positions == "learned":
             need(self.max_positions_used >= self.context,
                  f"max_positions={self.max_positions} is smaller than context={self.context}")
         need(self.dtype in DTYPES, f"dtype={self.dtype!r}; choose one of {', '.join(DTYPES)}")
-        need(self.gelu in GELUS, f"gelu={self.gelu!r}; choose 'exact' or 'tanh' (GPT-2's approximation)")
+        need(self.gelu in GELUS,
+             f"gelu={self.gelu!r}; choose 'exact' or 'tanh' (GPT-2's approximation)")
         need(not (self.mixer == "head" and self.d_head not in (None, self.d_model)),
              "mixer='head' has no output projection, so d_head must equal d_model")
         self._check_compiled_fields(need)
@@ -165,8 +179,8 @@ class ModelConfig:
              "tied output layer is the token table; set tie_embeddings=False")
 
     # What the model built from this config uses, where a field asks for something (or None: derive
-    # it): `n_heads` -> `heads_used`, `d_head` -> `d_head_used`, `max_positions` -> `max_positions_used`.
-    # Derived once here, so callers never recompute them differently.
+    # it): `n_heads` -> `heads_used`, `d_head` -> `d_head_used`, `max_positions` ->
+    # `max_positions_used`. Derived once here, so callers never recompute them differently.
     @property
     def heads_used(self) -> int:
         """The mixer's heads: n_heads for mixer="heads", 1 for "head", 0 for an average or none."""
@@ -191,8 +205,8 @@ class ModelConfig:
 
     @property
     def post_norm(self) -> bool:
-        """Whether a LayerNorm follows each sub-layer's add, LN(x + f(x)): layer_norm on and norm "post"
-        (without LayerNorm there is nothing after the add, whatever `norm` says)."""
+        """Whether a LayerNorm follows each sub-layer's add, LN(x + f(x)): layer_norm on and norm
+        "post" (without LayerNorm there is nothing after the add, whatever `norm` says)."""
         return self.layer_norm and self.norm == "post"
 
     @property
@@ -201,7 +215,8 @@ class ModelConfig:
         return self.max_positions or self.context
 
     def to_dict(self) -> dict:
-        """Every field as plain values (JSON as it is); `ModelConfig(**d)` makes the config again."""
+        """Every field as plain values (JSON as it is); `ModelConfig(**d)` makes the
+        config again."""
         return dataclasses.asdict(self)
 
 
@@ -215,8 +230,9 @@ class TrainConfig:
     b2: float = 0.999
     warmup_steps: int = 0             # linear from 0 to lr, then the schedule
     schedule: str = "constant"        # after warmup: "constant" (the book) or "cosine" decay
-    min_lr_ratio: float = 0.1         # cosine reaches lr * min_lr_ratio at step `steps` (optax's count from 0:
-                                      # one step past the last, which uses a little more)
+    min_lr_ratio: float = 0.1         # cosine reaches lr * min_lr_ratio at step `steps` (optax's
+                                      # count from 0: one step past the last, which
+                                      # uses a little more)
     grad_clip: float = 0.0            # global-norm clipping; 0 = off
     log_every: int = 50
     eval_every: int = 0               # 0 = evaluate at the end only
@@ -231,30 +247,38 @@ class TrainConfig:
 
         # The float fields first, each a finite number: a nan or inf learning rate (or
         # decay, or clip) trains without complaint and turns every weight into NaN.
-        need(_positive32(self.lr), f"lr={self.lr!r} must be a finite positive number that float32 holds (from "
-                                   f"{FLOAT32_TINY:.3g} to {FLOAT32_MAX:.3g}; e.g. 1e-3)")
+        need(_positive32(self.lr),
+             f"lr={self.lr!r} must be a finite positive number that float32 holds (from "
+             f"{FLOAT32_TINY:.3g} to {FLOAT32_MAX:.3g}; e.g. 1e-3)")
         for name in ("weight_decay", "grad_clip"):
             value = getattr(self, name)
-            need(_finite(value) and value >= 0, f"{name}={value!r} must be a finite number >= 0 (0 = off)")
+            need(_finite(value) and value >= 0,
+                 f"{name}={value!r} must be a finite number >= 0 (0 = off)")
         # Adam's moment decay rates: 1 never forgets (the bias correction divides by 0),
         # above 1 or below 0 the averages grow without bound or flip sign.
         for name, usual in (("b1", 0.9), ("b2", 0.999)):
             value = getattr(self, name)
-            need(_finite(value) and 0 <= value < 1, f"{name}={value!r} must be a number in [0, 1) (usually {usual})")
-        counts = ("steps", "batch_size", "log_every", "checkpoint_every", "train_eval_windows", "eval_batch")
+            need(_finite(value) and 0 <= value < 1,
+                 f"{name}={value!r} must be a number in [0, 1) (usually {usual})")
+        counts = ("steps", "batch_size", "log_every", "checkpoint_every", "train_eval_windows",
+                  "eval_batch")
         _whole_numbers(self, counts + ("warmup_steps", "eval_every"))
         for name in counts:
-            need(_whole(getattr(self, name)), f"{name}={getattr(self, name)!r} must be a positive integer up to 2**31 - 1")
+            need(_whole(getattr(self, name)),
+                 f"{name}={getattr(self, name)!r} must be a positive integer up to 2**31 - 1")
         for name in ("warmup_steps", "eval_every"):
             value = getattr(self, name)
-            need(value == 0 or _whole(value), f"{name}={value!r} must be a whole number from 0 to 2**31 - 1")
+            need(value == 0 or _whole(value),
+                 f"{name}={value!r} must be a whole number from 0 to 2**31 - 1")
         if self.schedule not in ("constant", "cosine"):
-            raise ConfigError(f"invalid TrainConfig: schedule={self.schedule!r}; choose 'constant' or 'cosine'")
+            raise ConfigError(f"invalid TrainConfig: schedule={self.schedule!r}; choose "
+                              "'constant' or 'cosine'")
         if not (_finite(self.min_lr_ratio) and 0 <= self.min_lr_ratio <= 1):
-            raise ConfigError(f"invalid TrainConfig: min_lr_ratio={self.min_lr_ratio} must be in [0, 1]")
+            raise ConfigError(f"invalid TrainConfig: min_lr_ratio={self.min_lr_ratio} "
+                              "must be in [0, 1]")
         if self.schedule == "cosine" and self.warmup_steps >= self.steps:
-            raise ConfigError(f"invalid TrainConfig: warmup_steps={self.warmup_steps} leaves no step "
-                              f"of the {self.steps} to decay over")
+            raise ConfigError(f"invalid TrainConfig: warmup_steps={self.warmup_steps} leaves no "
+                              f"step of the {self.steps} to decay over")
 
 
 

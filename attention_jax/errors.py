@@ -26,7 +26,8 @@ def hush_unraisable(expected) -> None:
 
 
 def note(message: str) -> None:
-    """One line on stderr saying what was done about something found (a damaged file, say): not an error."""
+    """One line on stderr saying what was done about something found (a damaged file, say):
+    not an error."""
     print(f"note: {message}", file=sys.stderr, flush=True)
 
 
@@ -47,13 +48,15 @@ class CheckpointError(UserError, RuntimeError):
 
 
 class TrainingDiverged(UserError, RuntimeError):
-    """A loss or an evaluation stopped being finite: the run is not finished, and not saved past it."""
+    """A loss or an evaluation stopped being finite: the run is not finished, and not
+    saved past it."""
 
     def __init__(self, step: int, what: str, lr: float, *, kept: int | None = None):
         self.step, self.what, self.lr, self.kept = step, what, lr, kept
-        keep = f"its last good checkpoint (step {kept}) is kept" if kept else "no checkpoint of it is kept"
-        super().__init__(f"training diverged at step {step}: {what}; the learning rate (TrainConfig.lr={lr:g}) "
-                         f"is the likely cause: lower it; {keep}")
+        keep = f"its last good checkpoint (step {kept}) is kept" if kept \
+            else "no checkpoint of it is kept"
+        super().__init__(f"training diverged at step {step}: {what}; the learning rate "
+                         f"(TrainConfig.lr={lr:g}) is the likely cause: lower it; {keep}")
 
 
 class Preempted(KeyboardInterrupt):
@@ -62,30 +65,32 @@ class Preempted(KeyboardInterrupt):
 
     def __init__(self, step: int):
         self.step = step
-        super().__init__(f"preempted: every process saved step {step} and stopped; train again into the same "
-                         "workdir to continue from it")
+        super().__init__(f"preempted: every process saved step {step} and stopped; train again "
+                         "into the same workdir to continue from it")
 
 
 class GenerationInterrupted(KeyboardInterrupt):
-    """Ctrl-C while `generate` decoded: `texts` holds each row's prompt and the `done` of `n` new tokens
-    it had drawn (a list of int32 arrays), so nothing finished is lost."""
+    """Ctrl-C while `generate` decoded: `texts` holds each row's prompt and the `done` of `n` new
+    tokens it had drawn (a list of int32 arrays), so nothing finished is lost."""
 
     def __init__(self, texts: list, done: int, n: int):
         self.texts, self.done, self.n = texts, done, n
-        super().__init__(f"generation interrupted after {done} of {n} new tokens; the texts so far are in "
-                         "this exception's .texts")
+        super().__init__(f"generation interrupted after {done} of {n} new tokens; the texts so far "
+                         "are in this exception's .texts")
 
 
 class NotMeasurable(UserError, ValueError):
-    """A quantity with no meaningful value on these inputs: a ratio over a gap below its floor (or within
-    its noise), a metric that is not finite, a correlation of constant scores. Never a number."""
+    """A quantity with no meaningful value on these inputs: a ratio over a gap below its floor (or
+    within its noise), a metric that is not finite, a correlation of constant scores.
+    Never a number."""
 
 
 class SearchInterrupted(KeyboardInterrupt):
-    """Ctrl-C during a greedy search (`analysis.pruning.acdc`): `state` holds every decision made so far,
-    and the same call given `resume=state` goes on from there, so nothing decided is lost."""
+    """Ctrl-C during a greedy search (`analysis.pruning.acdc`): `state` holds every decision made
+    so far, and the same call given `resume=state` goes on from there, so nothing
+    decided is lost."""
 
     def __init__(self, state, done: int, total: int):
         self.state, self.done, self.total = state, done, total
-        super().__init__(f"ACDC interrupted after deciding {done} of {total} edges; pass this exception's .state "
-                         "as acdc(..., resume=state) to go on from there")
+        super().__init__(f"ACDC interrupted after deciding {done} of {total} edges; pass this "
+                         "exception's .state as acdc(..., resume=state) to go on from there")

@@ -26,7 +26,8 @@ def floating(x) -> jax.Array:
 
 # --- masks and scores ------------------------------------------------------------------
 
-def causal_mask(n: int, keys: int | None = None, *, positions: jax.Array | None = None) -> jax.Array:
+def causal_mask(n: int, keys: int | None = None, *,
+                positions: jax.Array | None = None) -> jax.Array:
     """bool[n, keys], True where a query may attend to a key: key i is at or before the query.
 
     `causal_mask(T)` is the [T, T] lower triangle; with `keys` and `positions` (the queries' own
@@ -41,8 +42,10 @@ def causal_mask(n: int, keys: int | None = None, *, positions: jax.Array | None 
     return jnp.arange(n if keys is None else keys)[None, :] <= at[:, None]
 
 
-def attention_scores(q: jax.Array, k: jax.Array, *, scale: bool = True, bias: jax.Array | None = None) -> jax.Array:
-    """q·kᵀ, divided by √d_k when `scale` (Var(q·k) = d_k for unit-variance q, k), plus `bias` (ALiBi's).
+def attention_scores(q: jax.Array, k: jax.Array, *, scale: bool = True,
+                     bias: jax.Array | None = None) -> jax.Array:
+    """q·kᵀ, divided by √d_k when `scale` (Var(q·k) = d_k for unit-variance q, k), plus
+    `bias` (ALiBi's).
 
     Integer/bool q and k are promoted to float32 first, so an integer product cannot overflow.
     """
@@ -53,8 +56,8 @@ def attention_scores(q: jax.Array, k: jax.Array, *, scale: bool = True, bias: ja
 def _scores(q, k, scale):
     q, k = floating(q), floating(k)
     if q.shape[-1] != k.shape[-1]:
-        raise ConfigError(f"queries of width {q.shape[-1]} cannot score keys of width {k.shape[-1]}: "
-                          f"q [..., T, D] and k [..., S, D] need one D")
+        raise ConfigError(f"queries of width {q.shape[-1]} cannot score keys of width "
+                          f"{k.shape[-1]}: q [..., T, D] and k [..., S, D] need one D")
     if jnp.result_type(q, k) == jnp.float16:
         # float16 tops out at 65,504: q·k can pass it where q·k/√d fits, so the product is
         # taken and scaled in float32 and only the score comes back in float16.
@@ -91,21 +94,24 @@ def masked_softmax(scores: jax.Array, mask: jax.Array | None = None) -> jax.Arra
 
 
 def _check_softmax_inputs(scores, mask) -> None:
-    """A mask that does not fit the scores, or (where the values are known, outside jit) a +inf score,
-    whose softmax is inf/inf: one clear error rather than NaN weights or a broadcasting trace."""
+    """A mask that does not fit the scores, or (where the values are known, outside jit) a +inf
+    score, whose softmax is inf/inf: one clear error rather than NaN weights or a
+    broadcasting trace."""
     if mask is not None:
         try:
             jnp.broadcast_shapes(jnp.shape(mask), scores.shape)
         except ValueError:
-            raise ConfigError(f"a mask of shape {jnp.shape(mask)} does not fit scores of shape {scores.shape}; "
+            raise ConfigError(f"a mask of shape {jnp.shape(mask)} does not fit scores of shape "
+                              f"{scores.shape}; "
                               "it must broadcast to them ([T, S] for one window)") from None
     if not isinstance(scores, jax.core.Tracer) and bool(jnp.isposinf(scores).any()):
-        raise ConfigError("a score is +inf, and the softmax of it is undefined (inf/inf); mask that entry (-inf) "
-                          "or keep the scores finite")
+        raise ConfigError("a score is +inf, and the softmax of it is undefined (inf/inf); mask "
+                          "that entry (-inf) or keep the scores finite")
 
 
 def attention_weights(q, k, *, mask=None, bias=None, scale: bool = True) -> jax.Array:
-    """softmax(q·kᵀ/√d + bias) under `mask`, in the scores' dtype (a float32 bias is added in float32)."""
+    """softmax(q·kᵀ/√d + bias) under `mask`, in the scores' dtype (a float32 bias is
+    added in float32)."""
     scores = attention_scores(q, k, scale=scale)
     dtype = scores.dtype
     if bias is not None:
@@ -119,7 +125,8 @@ def mix(weights: jax.Array, v: jax.Array) -> jax.Array:
 
 
 def attention(q, k, v, *, mask=None, bias=None, scale: bool = True, return_weights: bool = False):
-    """Score, mask, normalise, mix: `mix(attention_weights(q, k, ...), v)`, and the weights on request."""
+    """Score, mask, normalise, mix: `mix(attention_weights(q, k, ...), v)`, and the
+    weights on request."""
     w = attention_weights(q, k, mask=mask, bias=bias, scale=scale)
     out = mix(w, v)
     return (out, w) if return_weights else out
@@ -154,7 +161,8 @@ def softmax_jacobian(scores: jax.Array, mask: jax.Array | None = None) -> jax.Ar
 def sinusoidal_positions(n: int, d: int, *, base: float = 10000.0) -> jax.Array:
     """Vaswani et al.: PE[p, 2i] = sin(p / base^(2i/d)), PE[p, 2i+1] = cos(same)."""
     if n < 0 or d < 0:
-        raise ValueError(f"sinusoidal_positions needs n >= 0 positions and d >= 0 features, got n={n}, d={d}")
+        raise ValueError("sinusoidal_positions needs n >= 0 positions and d >= 0 features, "
+                         f"got n={n}, d={d}")
     pos = jnp.arange(n, dtype=jnp.float32)[:, None]
     inv_freq = base ** (-jnp.arange(0, d, 2, dtype=jnp.float32) / max(d, 1))
     angles = pos * inv_freq                                   # [n, ceil(d/2)]
@@ -162,13 +170,14 @@ def sinusoidal_positions(n: int, d: int, *, base: float = 10000.0) -> jax.Array:
     return pe[:, :d]
 
 
-def apply_rope(x: jax.Array, positions: jax.Array | None = None, *, base: float = 10000.0) -> jax.Array:
+def apply_rope(x: jax.Array, positions: jax.Array | None = None, *,
+               base: float = 10000.0) -> jax.Array:
     """Rotary embedding (Su et al.): rotate each pair (x_2i, x_2i+1) by angle p·θ_i.
 
     Rotating q and k by the same rule makes q_t·k_i depend on t - i only, and a
     rotation keeps every vector's norm.
     """
-    x = floating(x)                        # integer features rotated and cast back would be truncated
+    x = floating(x)   # integer features rotated and cast back would be truncated
     n, d = x.shape[-2], x.shape[-1]
     if d % 2:
         raise ValueError(f"apply_rope needs an even feature size, got {d}")
@@ -230,7 +239,8 @@ def dense(x: jax.Array, kernel: jax.Array, bias: jax.Array | None = None) -> jax
     return y.astype(x.dtype)
 
 
-def layer_norm(x: jax.Array, scale: jax.Array, bias: jax.Array | None, eps: float = 1e-5) -> jax.Array:
+def layer_norm(x: jax.Array, scale: jax.Array, bias: jax.Array | None,
+               eps: float = 1e-5) -> jax.Array:
     """Normalise each vector over its features (biased variance, as torch), then affine.
 
     Statistics in float32 for half-precision x, returned in x's dtype; integer/bool x is

@@ -1,10 +1,11 @@
 """The parts every model is built of: projections, norms, dropout, and the points inspection swaps.
 
 `Dense`, `TokenEmbed`, `PositionTable` and `LayerNorm` hold float32 parameters and call the
-functional core; with a compute dtype (mixed precision) `Dense` multiplies in it. `Hook` (an identity at a named
-point) and `CausalMask` exist to be swapped by `attention_jax.analysis.inspect`; `check_ids` refuses
-token ids outside the vocabulary. `projection`, `dropout`, `compute_dtype` and
-`embedding_init` build the parts as a `ModelConfig` says.
+functional core; with a compute dtype (mixed precision) `Dense` multiplies in it. `Hook` (an
+identity at a named point) and `CausalMask` exist to be swapped by
+`attention_jax.analysis.inspect`; `check_ids` refuses token ids outside the vocabulary.
+`projection`, `dropout`, `compute_dtype` and `embedding_init` build the parts as a
+`ModelConfig` says.
 """
 from __future__ import annotations
 
@@ -34,13 +35,16 @@ def embedding_init(kind: str):
 
 
 class Dense(nnx.Module):
-    """x·W (+ b). Parameters are float32; with a `dtype` (mixed precision) the product is computed in it."""
+    """x·W (+ b). Parameters are float32; with a `dtype` (mixed precision) the product is
+    computed in it."""
 
     def __init__(self, d_in: int, d_out: int, *, bias: bool, init: str, rngs: nnx.Rngs, dtype=None):
         self.kernel = nnx.Param(_kernel_init(init)(rngs.params(), (d_in, d_out)))
         bound = d_in ** -0.5
-        torch_bias = lambda: jax.random.uniform(rngs.params(), (d_out,), minval=-bound, maxval=bound)
-        self.bias = nnx.Param(torch_bias() if init == "torch" else jnp.zeros((d_out,))) if bias else None
+        torch_bias = lambda: jax.random.uniform(rngs.params(), (d_out,), minval=-bound,
+                                                maxval=bound)
+        self.bias = (nnx.Param(torch_bias() if init == "torch" else jnp.zeros((d_out,)))
+                     if bias else None)
         self.dtype = dtype
 
     def operands(self, x):
@@ -64,12 +68,13 @@ class TokenEmbed(nnx.Embed):
 
 
 class PositionTable(nnx.Embed):
-    """Learned positions: a row a position, `rows(T)` the first T [T, D] (a text past the table is refused)."""
+    """Learned positions: a row a position, `rows(T)` the first T [T, D] (a text past the
+    table is refused)."""
 
     def rows(self, T: int):
         if T > self.num_embeddings:
-            raise ConfigError(f"{T} positions exceed the learned position table ({self.num_embeddings} rows); "
-                              "raise max_positions")
+            raise ConfigError(f"{T} positions exceed the learned position table "
+                              f"({self.num_embeddings} rows); raise max_positions")
         return self.embedding[:T]
 
 
@@ -90,7 +95,8 @@ class LayerNorm(nnx.Module):
         self.eps = eps
 
     def __call__(self, x):
-        return F.layer_norm(x, self.scale[...], None if self.bias is None else self.bias[...], self.eps)
+        return F.layer_norm(x, self.scale[...], None if self.bias is None else self.bias[...],
+                            self.eps)
 
 
 def projection(config: ModelConfig, rngs: nnx.Rngs, d_in: int, d_out: int, *, bias: bool) -> Dense:
@@ -99,7 +105,8 @@ def projection(config: ModelConfig, rngs: nnx.Rngs, d_in: int, d_out: int, *, bi
 
 
 def compute_dtype(config: ModelConfig):
-    """None for float32 (nothing cast: the float32 step is the one measured); else the compute dtype."""
+    """None for float32 (nothing cast: the float32 step is the one measured); else the
+    compute dtype."""
     return None if config.dtype == "float32" else jnp.dtype(config.dtype)
 
 
@@ -111,15 +118,16 @@ def dropout(config: ModelConfig, rngs: nnx.Rngs):
 # --- points to look at and parts to swap ------------------------------------------------
 
 class Hook(nnx.Module):
-    """An identity at a named point of the forward pass; inspection swaps it for one that records or patches."""
+    """An identity at a named point of the forward pass; inspection swaps it for one that
+    records or patches."""
 
     def __call__(self, x):
         return x
 
 
 class CausalMask(nnx.Module):
-    """bool[T, T]: position t sees positions i <= t (`F.causal_mask`). Swapped for `Bidirectional` to
-    ablate causality, or for a mask of one's own (any module T -> bool[T, T])."""
+    """bool[T, T]: position t sees positions i <= t (`F.causal_mask`). Swapped for `Bidirectional`
+    to ablate causality, or for a mask of one's own (any module T -> bool[T, T])."""
     causal = True
 
     def __call__(self, T: int):
@@ -148,8 +156,8 @@ def check_ids(tokens, vocab_size: int) -> None:
     if dtype is None:
         dtype = np.asarray(tokens).dtype
     if not np.issubdtype(dtype, np.integer):
-        raise DataError(f"token ids must be integers, got {np.dtype(dtype).name} values; encode the text with the "
-                        "model's own tokenizer (its ids are int32)")
+        raise DataError(f"token ids must be integers, got {np.dtype(dtype).name} values; encode "
+                        "the text with the model's own tokenizer (its ids are int32)")
     if isinstance(tokens, jax.core.Tracer):
         return
     ids = np.asarray(tokens)

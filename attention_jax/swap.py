@@ -36,9 +36,9 @@ def select(model, path: str):
 
 
 def swap(model, parts: Mapping[str, object]) -> Callable[[], None]:
-    """Put the parts at the given paths in place of those there (None removes a sub-layer), in order;
-    the function returned puts the old ones back, in reverse (so a path through a part swapped
-    earlier is undone first). A path that does not exist undoes what was done and raises."""
+    """Put the parts at the given paths in place of those there (None removes a sub-layer), in
+    order; the function returned puts the old ones back, in reverse (so a path through a part
+    swapped earlier is undone first). A path that does not exist undoes what was done and raises."""
     swapped = []   # (parent, attribute, the part before)
 
     def undo():
@@ -59,10 +59,11 @@ def swap(model, parts: Mapping[str, object]) -> Callable[[], None]:
 
 
 def twins(model, table: Mapping[type, Callable | None], **how) -> dict:
-    """path -> twin for every part of `model` that `table` names: the entry of the part's own class, or
-    else of the nearest class it derives from, is called as `entry(part, path, **how)` and gives the
-    twin, or None to keep the part (an entry of None keeps every part of that class). The part a
-    twin holds as built (its `reference`) is the twin's to call, and is not looked into."""
+    """path -> twin for every part of `model` that `table` names: the entry of the part's own
+    class, or else of the nearest class it derives from, is called as `entry(part, path, **how)`
+    and gives the twin, or None to keep the part (an entry of None keeps every part of that class).
+    The part a twin holds as built (its `reference`) is the twin's to call, and is
+    not looked into."""
     parts = {}
     for path, part in nnx.iter_modules(model):
         if "reference" in path:
@@ -77,8 +78,8 @@ def twins(model, table: Mapping[type, Callable | None], **how) -> dict:
 
 @contextlib.contextmanager
 def replaced(model, parts: Mapping[str, object]):
-    """Swap the parts at the given paths for others (None removes a sub-layer); put them back on exit,
-    even when the body raises."""
+    """Swap the parts at the given paths for others (None removes a sub-layer); put them back on
+    exit, even when the body raises."""
     undo = swap(model, parts)
     try:
         yield model
