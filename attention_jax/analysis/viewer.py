@@ -11,10 +11,12 @@ per block and head; click one to enlarge it, hover a cell to read its weight). C
 viridis, which reads in greyscale and for the common colour-blindnesses. The weights travel
 inside the page as 16-bit fractions (the lower triangle alone when causal), so a few hundred
 tokens stay a few megabytes at most; everything is drawn on canvases. `PatchingView` shows a
-patching sweep (`attention_jax.analysis.patching`) the same way: a heatmap of blocks by positions or
-heads, hover a cell for its value; `CircuitView` draws edge scores (`attention_jax.analysis.discovery`) on the
-model's graph, a line an edge. Every string goes in as escaped JSON, so no label or title
-can change the page: a token such as `</script>` or `<!--` is shown as text.
+patching sweep (`attention_jax.analysis.patching`) the same way: a heatmap of blocks by
+positions or heads, hover a cell for its value; `CircuitView` draws edge scores
+(`attention_jax.analysis.discovery`) on the model's graph, a line an edge. Every string goes in
+as escaped JSON, so no label or title can change the page: a token such as `</script>` or
+`<!--` is shown as text. Each view refuses, in one line, the result another view shows and a
+title that is no text.
 """
 from __future__ import annotations
 
@@ -64,8 +66,8 @@ def _text(title, labels=None, name: str = "labels") -> tuple[str, list[str] | No
 
 
 class _View:
-    """What every view shares: its fragment (viewer.js's `function`, drawing `payload()` into an element
-    of CSS class `kind`), shown inline wherever HTML is (`_repr_html_`), saved as a page."""
+    """What every view shares: its fragment (viewer.js's `function`, drawing `payload()` into an
+    element of CSS class `kind`), shown inline wherever HTML is (`_repr_html_`), saved as a page."""
     kind: str
     function: str
     title: str
@@ -101,42 +103,48 @@ class AttentionView(_View):
         self.causal = bool(np.all(np.triu(self.weights, k=1) == 0))
 
     def payload(self) -> dict:
-        """What the page reads: the shape, the tokens, and the weights as base64 uint16 fractions."""
+        """What the page reads: the shape, the tokens, the weights as base64 uint16 fractions."""
         L, H, T, _ = self.weights.shape
         q = np.round(self.weights * 65535).astype("<u2")
-        flat = q[..., np.tril_indices(T)[0], np.tril_indices(T)[1]] if self.causal else q.reshape(L, H, T * T)
-        return {"layers": L, "heads": H, "T": T, "causal": self.causal, "tokens": self.tokens, "title": self.title,
+        rows, cols = np.tril_indices(T)
+        flat = q[..., rows, cols] if self.causal else q.reshape(L, H, T * T)
+        return {"layers": L, "heads": H, "T": T, "causal": self.causal, "tokens": self.tokens,
+                "title": self.title,
                 "data": base64.b64encode(np.ascontiguousarray(flat).tobytes()).decode("ascii")}
 
 
 class PatchingView(_View):
-    """A patching sweep (`attention_jax.analysis.patching.Sweep`, or any [layer, ·] / [layer, head, position]
-    array with its axis names) as an interactive heatmap; `labels`: the positions' tokens."""
+    """A patching sweep (`attention_jax.analysis.patching.Sweep`, or any [layer, ·] / [layer, head,
+    position] array with its axis names) as an interactive heatmap; `labels`: the positions'
+    tokens."""
     kind, function = "ajp", "patchingViewer"
 
     def __init__(self, sweep, labels=None, *, title: str = "patching"):
         values = _numbers(sweep, "PatchingView", "a patching sweep [layer, ...]", takes="Sweep")
         title, labels = _text(title, labels)
-        axes = tuple(getattr(sweep, "axes", ("layer", "position") if values.ndim == 2 else ("layer", "head", "position")))
+        default = ("layer", "position") if values.ndim == 2 else ("layer", "head", "position")
+        axes = tuple(getattr(sweep, "axes", default))
         if values.ndim not in (2, 3) or len(axes) != values.ndim or not np.all(np.isfinite(values)):
-            raise ConfigError(f"a patching view shows finite [layer, x] or [layer, head, position] values; got shape "
-                              f"{values.shape}")
-        if labels is not None and ("position" not in axes or len(labels) != values.shape[axes.index("position")]):
-            raise ConfigError(f"{len(labels)} labels for a sweep over {', '.join(axes)} {values.shape}; give one "
-                              "per position")
+            raise ConfigError(f"a patching view shows finite [layer, x] or [layer, head, position] "
+                              f"values; got shape {values.shape}")
+        if labels is not None and ("position" not in axes
+                                   or len(labels) != values.shape[axes.index("position")]):
+            raise ConfigError(f"{len(labels)} labels for a sweep over {', '.join(axes)} "
+                              f"{values.shape}; give one per position")
         self.values, self.axes, self.title, self.labels = values, axes, title, labels
-        self.hook, self.method = getattr(sweep, "hook", "a hook point"), getattr(sweep, "method", "activation")
+        self.hook = getattr(sweep, "hook", "a hook point")
+        self.method = getattr(sweep, "method", "activation")
 
     def payload(self) -> dict:
-        return {"shape": list(self.values.shape), "axes": list(self.axes), "values": self.values.ravel().tolist(),
-                "labels": self.labels, "title": self.title, "hook": self.hook, "method": self.method}
-
+        return {"shape": list(self.values.shape), "axes": list(self.axes),
+                "values": self.values.ravel().tolist(), "labels": self.labels, "title": self.title,
+                "hook": self.hook, "method": self.method}
 
 
 class CircuitView(_View):
-    """Edge scores (`discovery.EdgeScores`) drawn on the model's graph: each edge of `edges` (names; default:
-    `pruning.circuit(scores, k=20)`) a line from its sender to its receiver's input, as wide as its |effect|
-    and coloured by its sign; hover an edge for its value."""
+    """Edge scores (`discovery.EdgeScores`) drawn on the model's graph: each edge of `edges` (names;
+    default: `pruning.circuit(scores, k=20)`) a line from its sender to its receiver's input, as
+    wide as its |effect| and coloured by its sign; hover an edge for its value."""
     kind, function = "ajc", "circuitViewer"
 
     def __init__(self, scores, edges=None, *, title: str = "circuit"):
@@ -148,44 +156,48 @@ class CircuitView(_View):
         graph, effect = scores.graph, _numbers(scores.effect, "CircuitView", "one effect an edge")
         title, _ = _text(title)
         if effect.shape != (len(graph.edges),) or not np.all(np.isfinite(effect)):
-            raise ConfigError(f"a circuit view shows one finite effect per edge of its graph ({len(graph.edges)}); "
-                              f"got shape {effect.shape}")
+            raise ConfigError(f"a circuit view shows one finite effect per edge of its graph "
+                              f"({len(graph.edges)}); got shape {effect.shape}")
         names = graph.names()
-        chosen = circuit(scores, k=min(20, len(names))) if edges is None else [str(e) for e in edges]
+        chosen = circuit(scores, k=min(20, len(names))) if edges is None else \
+            [str(e) for e in edges]
         unknown = sorted(set(chosen) - set(names))
         if unknown:
-            raise ConfigError(f"the graph has no edge {unknown[0]!r}; its edges read like {names[0]!r}")
+            raise ConfigError(f"the graph has no edge {unknown[0]!r}; its edges read like "
+                              f"{names[0]!r}")
         self.graph, self.effect, self.edges, self.title = graph, effect, chosen, title
         self.method = getattr(scores, "method", "exact")
 
     def payload(self) -> dict:
         from attention_jax.analysis.edges import receiver_node
         place = {n: i for i, n in enumerate(self.graph.names())}
-        blocks = 1 + max((int(n.split(".")[0]) for n in self.graph.senders if n != "embed"), default=-1)
+        blocks = 1 + max((int(n.split(".")[0]) for n in self.graph.senders if n != "embed"),
+                         default=-1)
         edges = []
         for name in self.edges:
             sender, receiver = name.split("->")
             node, role = receiver_node(receiver)
-            edges.append({"name": name, "from": sender, "to": node, "role": role, "effect": self.effect[place[name]]})
+            edges.append({"name": name, "from": sender, "to": node, "role": role,
+                          "effect": self.effect[place[name]]})
         heads = [n for n in self.graph.senders if ".h" in n]
         return {"title": self.title, "method": self.method, "total": len(place), "blocks": blocks,
                 "heads": 1 + max((int(n.split(".h")[1]) for n in heads), default=0),
                 "nodes": [*self.graph.senders, "logits"], "edges": edges}
 
 
-
 def _embedded(payload: dict) -> str:
     """JSON that no text in it can end the script it sits in, or open a comment there: <, > and & as
     escapes, and the line separators JavaScript once refused in strings."""
     text = json.dumps(payload)
-    for raw, escaped in (("<", "\\u003c"), (">", "\\u003e"), ("&", "\\u0026"), ("\u2028", "\\u2028"),
-                         ("\u2029", "\\u2029")):
+    for raw, escaped in (("<", "\\u003c"), (">", "\\u003e"), ("&", "\\u0026"),
+                         ("\u2028", "\\u2028"), ("\u2029", "\\u2029")):
         text = text.replace(raw, escaped)
     return text
 
 
 def _fragment(kind: str, function: str, title: str, payload: dict) -> str:
-    # Random, not a count: a notebook keeps the outputs of a kernel since restarted, whose count began again.
+    # Random, not a count: a notebook keeps the outputs of a kernel since restarted, whose count
+    # began again.
     uid = f"{kind}-{uuid.uuid4().hex}"
     return (f'<div class="{kind}" id="{uid}" data-title="{html.escape(title)}"></div>'
             f'<script>(function(){{{_SCRIPT.read_text(encoding="utf-8")}\n'
@@ -196,7 +208,8 @@ def _page(path, title: str, body: str) -> pathlib.Path:
     path = pathlib.Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
     path.write_text(f'<!doctype html><html><head><meta charset="utf-8"><title>{html.escape(title)}'
-                    f'</title></head><body style="margin:16px">{body}</body></html>\n', encoding="utf-8")
+                    f'</title></head><body style="margin:16px">{body}</body></html>\n',
+                    encoding="utf-8")
     return path
 
 
@@ -209,15 +222,18 @@ def view(model, ids, labels=None, *, title: str = "attention") -> AttentionView:
     _text(title, labels)                        # before the model runs
     paths = attention_blocks(model)
     if not paths:
-        raise ConfigError("this model has no attention blocks to view (its mixers are averages or none)")
+        raise ConfigError("this model has no attention blocks to view (its mixers are averages or "
+                          "none)")
     ids = np.asarray(ids)
     if ids.ndim == 2 and ids.shape[0] == 1:
         ids = ids[0]
     if ids.ndim != 1 or not ids.size:
-        raise ConfigError(f"a view shows one text: give its ids as [T] (or [1, T]) with T >= 1, got shape {ids.shape}; "
-                          "view each text of a batch on its own")
+        raise ConfigError(f"a view shows one text: give its ids as [T] (or [1, T]) with T >= 1, "
+                          f"got shape {ids.shape}; view each text of a batch on its own")
     check_ids(ids, model.config.vocab_size)
     model = deterministic(model)
-    _, cache = run_with_cache(model, jnp.asarray(ids[None]), [f"{p}.attention.weights" for p in paths])
-    weights = np.stack([np.asarray(cache[f"{p}.attention.weights"][0], np.float32) for p in paths])
-    return AttentionView(weights, labels if labels is not None else [str(int(i)) for i in ids], title=title)
+    names = [f"{p}.attention.weights" for p in paths]
+    _, cache = run_with_cache(model, jnp.asarray(ids[None]), names)
+    weights = np.stack([np.asarray(cache[name][0], np.float32) for name in names])
+    labels = labels if labels is not None else [str(int(i)) for i in ids]
+    return AttentionView(weights, labels, title=title)
