@@ -181,9 +181,10 @@ def digest(value) -> str:
     fingerprint cannot compare (an object of no known kind) enters by its type's name alone."""
     def stable(f):
         if isinstance(f, types.CodeType):
-            return ("code", f.co_name, f.co_code.hex(), tuple(stable(c) for c in f.co_consts), f.co_names)
+            return ("code", f.co_name, f.co_code.hex(), tuple(stable(c) for c in f.co_consts),
+                    f.co_names)
         if isinstance(f, tuple) and f[:1] == ("library",):
-            return f[:2]                              # its name, not where it sits in this process's memory
+            return f[:2]                    # its name, not where it sits in this process's memory
         if isinstance(f, tuple) and f[:1] == ("unique",):
             return "unique"
         if isinstance(f, tuple):
@@ -195,7 +196,8 @@ def digest(value) -> str:
 
 
 class Keyed:
-    """`fn` as a static argument: called as itself, equal to another `Keyed` only by `fingerprint`."""
+    """`fn` as a static argument: called as itself, equal to another `Keyed` only by
+    `fingerprint`."""
 
     def __init__(self, fn):
         self.fn, self.key = fn, fingerprint(fn)

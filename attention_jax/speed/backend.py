@@ -10,7 +10,7 @@ tpu, a mesh) gets their forms, not the CPU's.
 
     backend_of("tpu")                        # a name: "cpu", "cuda" (or "gpu"), "rocm", "tpu"
     backend_of(Backend("cuda", 7.5))         # an NVIDIA GPU of that compute capability (a T4)
-    backend_of(jax.devices())                # devices, a mesh or None (this process's default devices)
+    backend_of(jax.devices())                # devices, a mesh, or None: this process's default ones
 """
 from __future__ import annotations
 
@@ -33,13 +33,15 @@ class Backend:
     def __post_init__(self):
         platform = ALIASES.get(self.platform, self.platform)
         if platform not in PLATFORMS:
-            raise ConfigError(f"backend {self.platform!r}; choose one of {', '.join(PLATFORMS)} (or 'gpu' for cuda)")
+            raise ConfigError(f"backend {self.platform!r}; choose one of {', '.join(PLATFORMS)} "
+                              "(or 'gpu' for cuda)")
         c = self.capability
         number = isinstance(c, (int, float)) and not isinstance(c, bool)
         if c is not None and not (number and math.isfinite(c) and c > 0):    # nan passes `c <= 0`
             raise ConfigError(f"capability={c!r} must be a GPU's compute capability, such as 8.0")
         if self.capability is not None and platform != "cuda":
-            raise ConfigError(f"capability={self.capability} is an NVIDIA GPU's; the {platform} backend has none")
+            raise ConfigError(f"capability={self.capability} is an NVIDIA GPU's; the {platform} "
+                              "backend has none")
         object.__setattr__(self, "platform", platform)
 
     @property
@@ -47,11 +49,13 @@ class Backend:
         return self.platform == "cpu"
 
     def __str__(self) -> str:
-        return self.platform + (f" (compute capability {self.capability:g})" if self.capability else "")
+        said = f" (compute capability {self.capability:g})" if self.capability else ""
+        return self.platform + said
 
 
 def default_devices() -> list:
-    """This process's default devices: the one place a backend is read from JAX when none is given."""
+    """This process's default devices: the one place a backend is read from JAX when none is
+    given."""
     import jax
     return jax.devices()
 
@@ -79,13 +83,16 @@ def backend_of(where=None) -> Backend:
         where = default_devices()
     devices = getattr(where, "devices", where)      # a Mesh holds an array of devices
     try:
-        flat = [devices] if hasattr(devices, "platform") else list(getattr(devices, "flat", devices))
+        flat = [devices] if hasattr(devices, "platform") else \
+            list(getattr(devices, "flat", devices))
     except TypeError:                               # no device, and nothing that holds some
         flat = []
     if not flat or not all(hasattr(d, "platform") for d in flat):
-        raise ConfigError(f"backend={where!r}: give a name ({', '.join(PLATFORMS)}), a Backend, devices or a mesh")
+        raise ConfigError(f"backend={where!r}: give a name ({', '.join(PLATFORMS)}), a Backend, "
+                          "devices or a mesh")
     kinds = {_of_device(d) for d in flat}
     if len(kinds) > 1:
-        raise ConfigError(f"the devices are of {len(kinds)} kinds ({', '.join(sorted(map(str, kinds)))}); "
-                          "build a program for devices of one kind")
+        named = ", ".join(sorted(map(str, kinds)))
+        raise ConfigError(f"the devices are of {len(kinds)} kinds ({named}); build a program for "
+                          "devices of one kind")
     return kinds.pop()
