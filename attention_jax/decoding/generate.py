@@ -192,8 +192,8 @@ class Decoder:
         self._made = {}
 
     def _cached_model(self, batch: int, length: int):
-        """The model with the cache's twins in, for this shape (`loops.cached_model`), made once: the
-        graph, the weights and the cache's shapes, not the cache."""
+        """The model with the cache's twins in, for this shape (`loops.cached_model`), made once:
+        the graph, the weights and the cache's shapes, not the cache."""
         if (batch, length) not in self._made:
             graph, empty, rest = loops.cached_model(self.graphdef, self.state, batch, length)
             self._made[batch, length] = graph, jax.tree.map(lambda a: jax.ShapeDtypeStruct(a.shape, a.dtype),
@@ -219,8 +219,9 @@ class Decoder:
         # row's ends where its own prompt does, and its window slides from there (on the right).
         buf, starts = _padded(rows, P if cache else max(T, P + n), left=cache)
         if cache:
-            run = lambda: loops.cached_loop(self._cached_model(len(rows), P + n - 1), jnp.asarray(buf),
-                                            jnp.asarray(starts), key, temperature, **options)
+            run = lambda: loops.cached_loop(self._cached_model(len(rows), P + n - 1),
+                                            jnp.asarray(buf), jnp.asarray(starts), key, temperature,
+                                            **options)
         else:
             run = lambda: loops.windows(self.graphdef, self.state, jnp.asarray(buf), jnp.asarray(lengths), key,
                                          temperature, **options)

@@ -9,11 +9,13 @@
 `CachedAttention` runs the mixer's own `project`, `_attend` and `output`, and gives `_attend`
 the two things decoding changes: the positions where the text is (RoPE's angles) and the cache
 as its memory (the keys and values of every slot written, which of them each query reads, and
-the queries' slots, ALiBi's distances); `CachedAverage` keeps the values the average reads. The learned or sinusoidal positions added
-to the tokens are read at the same places (`CachedPositions`). A `Clock` shared by all says which
-slot the next position goes to and where each row's text begins: rows of unequal length are
-left-padded, row b's text at slot `padding[b]` onward, and no query reads a padding slot.
-`generate` and `Decoder` use it; `speed.fast` swapped in first stays in.
+the queries' slots, ALiBi's distances); `CachedAverage` keeps the values the average reads.
+The learned or sinusoidal positions added to the tokens are read at the same places
+(`CachedPositions`). A `Clock` shared by all says which slot the next position goes to and
+where each row's text begins: rows of unequal length are left-padded, row b's text at slot
+`padding[b]` onward, and no query reads a padding slot. `generate` and `Decoder` use it;
+`speed.fast` swapped in first stays in. A cache of no rows, or past the free memory
+(`decoding.memory`), and tokens that are not [rows, t] are refused in one line.
 """
 from __future__ import annotations
 
@@ -74,8 +76,8 @@ class KVCache(nnx.Module):
 
 
 class CachedAttention(nnx.Module):
-    """An attention mixer (`Head`, `MultiHeadAttention`) decoding: the mixer's own `project`, `_attend`
-    and `output`, given the clock's positions and this cache as its memory."""
+    """An attention mixer (`Head`, `MultiHeadAttention`) decoding: the mixer's own `project`,
+    `_attend` and `output`, given the clock's positions and this cache as its memory."""
 
     def __init__(self, mixer, clock: Clock):
         cfg = mixer.config
@@ -93,9 +95,10 @@ class CachedAttention(nnx.Module):
         return ref.output(ref._attend(q, k, v, positions=at, memory=self.remember))
 
     def remember(self, k, v):
-        """The memory `_attend` reads: the T new keys and values [B, H, T, D] written at the clock's
-        slots; (every key and value [B, H, length, D], which slots each new query sees [B, 1, T,
-        length], the new queries' slots [T]: ALiBi's distance is the same in slots as in positions)."""
+        """The memory `_attend` reads: the T new keys and values [B, H, T, D] written at the
+        clock's slots; (every key and value [B, H, length, D], which slots each new query sees
+        [B, 1, T, length], the new queries' slots [T]: ALiBi's distance is the same in slots as in
+        positions)."""
         clock, T = self.clock, k.shape[-2]
         v, k = self.cache.write(clock.index[...], v, k)
         return k, v, clock.visible(T)[:, None], clock.slots(T)

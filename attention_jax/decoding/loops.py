@@ -149,9 +149,8 @@ def prefill(graph, rest, empty, prompt, padding):
 def extend(graph, state, cache, logits, key, temperature, out, at, count, *, greedy: bool, top_k):
     """`count` new tokens, each drawn from `logits`, written to `out` [B, N] at column `at` + i and fed
     through the cached model (`graph` merged with `cache` and the rest of its `state`, the weights:
-    `cached_model`) for the next logits: (cache, logits, key, out, whether every logit drawn from was
-    finite).
-    The weights go in and not out: a call copies none of them."""
+    `cached_model`) for the next logits: (cache, logits, key, out, whether every logit drawn from
+    was finite). The weights go in and not out: a call copies none of them."""
     def step(i, carry):
         # Opaque to XLA each step, the weights included: else it hoists their conversion to float32 out
         # of the loop, and every token reads float32 weights, whatever dtype they are stored in.
@@ -185,7 +184,8 @@ def _chunks(total: int):
         at += count
 
 
-def cached_loop(made, prompt, padding, key, temperature, *, n: int, greedy: bool, top_k) -> np.ndarray:
+def cached_loop(made, prompt, padding, key, temperature, *, n: int, greedy: bool,
+                top_k) -> np.ndarray:
     """The prompts [B, P] followed by `n` >= 1 new tokens each, [B, P + n], decoded with the cache; `made`:
     `cached_model(graphdef, state, B, P + n - 1)` (every new token but the last is fed back), its
     cache as arrays or their shapes."""

@@ -83,8 +83,8 @@ def _orbax_echo(unraisable) -> bool:
 
 
 class Checkpoints:
-    """orbax CheckpointManager plus the run's record and checksums: a run resumes only its own, intact
-    state."""
+    """orbax CheckpointManager plus the run's record and checksums: a run resumes only its own,
+    intact state."""
 
     def __init__(self, workdir: pathlib.Path, every: int, record: dict, *, resume: bool):
         self.dir = workdir.absolute() / "checkpoints"
