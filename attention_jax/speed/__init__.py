@@ -9,8 +9,9 @@ load on first use, so a `Speed` can be made before JAX is imported.
 """
 import importlib
 
-_EXPORTS = {"Speed": "options", "FORMS": "options", "fast": "swap", "FastAttention": "swap", "FastDense": "swap",
-            "Swapped": "swap", "forms_of": "swap", "Backend": "backend", "backend_of": "backend"}
+_EXPORTS = {"Speed": "options", "FORMS": "options", "fast": "swap", "FastAttention": "swap",
+            "FastDense": "swap", "Swapped": "swap", "forms_of": "swap", "Backend": "backend",
+            "backend_of": "backend"}
 __all__ = list(_EXPORTS)
 
 

@@ -25,7 +25,8 @@ def _pad_to(x: jax.Array, multiple: int) -> jax.Array:
 
 
 def memory_efficient_attention(q, k, v, *, causal: bool = True, chunk_size: int = 512,
-                               query_chunk_size: int | None = None, scale: bool = True) -> jax.Array:
+                               query_chunk_size: int | None = None,
+                               scale: bool = True) -> jax.Array:
     """softmax(q·kᵀ/√d [+ causal mask])·v over [..., n, d] inputs, in O(n) memory.
 
     Any n works: the sequence is padded to a whole number of chunks and the padded
@@ -43,7 +44,8 @@ def memory_efficient_attention(q, k, v, *, causal: bool = True, chunk_size: int 
     n_k = k.shape[-2]
     q_chunk = min(query_chunk_size or chunk_size, n_q)
     k_chunk = min(chunk_size, n_k)
-    out_dtype = q.dtype if jnp.issubdtype(q.dtype, jnp.inexact) else jnp.result_type(q, k, v, jnp.float32)
+    out_dtype = q.dtype if jnp.issubdtype(q.dtype, jnp.inexact) \
+        else jnp.result_type(q, k, v, jnp.float32)
 
     def flat(x):  # [..., n, d] -> [M, n, d] float32, M = all leading dims together
         x = jnp.broadcast_to(x, lead + x.shape[-2:]).astype(jnp.float32)
@@ -85,7 +87,8 @@ def _visit(carry, q_blk, k_blk, v_blk, q_idx, k_start, n_k: int, causal: bool):
 
 
 def _query_chunk(k_blocks, v_blocks, n_k: int, causal: bool):
-    """The function of one query chunk (and where it starts) to its output: a scan over the key chunks."""
+    """The function of one query chunk (and where it starts) to its output: a scan over
+    the key chunks."""
     k_chunk = k_blocks.shape[-2]
 
     @jax.checkpoint
@@ -104,8 +107,8 @@ def _query_chunk(k_blocks, v_blocks, n_k: int, causal: bool):
                 carry = visit(carry)
             return carry, None
 
-        init = (jnp.zeros((m, q_chunk, v_blocks.shape[-1]), jnp.float32), jnp.zeros((m, q_chunk), jnp.float32),
-                jnp.full((m, q_chunk), -jnp.inf, jnp.float32))
+        init = (jnp.zeros((m, q_chunk, v_blocks.shape[-1]), jnp.float32),
+                jnp.zeros((m, q_chunk), jnp.float32), jnp.full((m, q_chunk), -jnp.inf, jnp.float32))
         k_starts = jnp.arange(k_blocks.shape[0]) * k_chunk
         (acc, norm, _), _ = jax.lax.scan(key_step, init, (k_blocks, v_blocks, k_starts))
         return acc / jnp.where(norm == 0, 1.0, norm)[..., None]

@@ -31,7 +31,8 @@ def _dot(a, b):
 
 
 def _low_precision(dtype) -> bool:
-    """bfloat16 and float16: the dtypes whose products accumulate in float32 (float64 stays itself)."""
+    """bfloat16 and float16: the dtypes whose products accumulate in float32 (float64
+    stays itself)."""
     return dtype in (jnp.bfloat16, jnp.float16)
 
 
@@ -56,13 +57,15 @@ def _backward(operands, cpu, saved, dy):
     x_dtype, kernel_dtype = dy.dtype, kernel.dtype
     k, g = kernel.astype(operands or kernel.dtype), dy.astype(x.dtype)    # the products' inputs
     if _low_precision(x.dtype) and cpu:
-        with jax.named_scope("cpu_only"):    # the cross-lowering tests look for this name in cuda/tpu programs
+        with jax.named_scope("cpu_only"):    # the cross-lowering tests look for this name
+                                             # in cuda/tpu programs
             dx, d_kernel = _low_precision_cpu_grads(x, k, g)
     else:
         dx, d_kernel = _grads(x.reshape(-1, x.shape[-1]), k, g.reshape(-1, g.shape[-1]))
         dx = dx.reshape(x.shape)
     d_bias = None if bias is None else \
-        jnp.sum(dy.reshape(-1, dy.shape[-1]), axis=0, dtype=jnp.float32).astype(bias.dtype)   # dy unrounded
+        jnp.sum(dy.reshape(-1, dy.shape[-1]), axis=0,
+                dtype=jnp.float32).astype(bias.dtype)   # dy unrounded
     return dx.astype(x_dtype), d_kernel.astype(kernel_dtype), d_bias
 
 
@@ -90,7 +93,8 @@ def _low_precision_cpu_grads(x, kernel, dy):
     if x.ndim == 2:   # one leading axis: nothing to keep apart
         return dx, _dot(_copied_transpose(x), dy)
     lead = tuple(range(x.ndim - 1))
-    return dx, jax.lax.dot_general(x, dy, ((lead, lead), ((), ())), preferred_element_type=jnp.float32)
+    return dx, jax.lax.dot_general(x, dy, ((lead, lead), ((), ())),
+                                   preferred_element_type=jnp.float32)
 
 
 _dense.defvjp(_forward, _backward)
