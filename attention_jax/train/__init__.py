@@ -13,6 +13,6 @@ from attention_jax.train.objective import cross_entropy, lr_schedule, make_optim
 from attention_jax.train.loop import RunResult, fit, mean_std, read_metrics
 from attention_jax.train.tasks import Task, text_task
 
-__all__ = ["TrainConfig", "Engine", "ProgramCache", "cross_entropy", "lr_schedule", "make_optimizer", "unstack_seed",
-           "Checkpoints", "run_record", "RunResult", "fit", "mean_std", "read_metrics", "Task", "text_task",
-           "token_loss"]
+__all__ = ["TrainConfig", "Engine", "ProgramCache", "cross_entropy", "lr_schedule",
+           "make_optimizer", "unstack_seed", "Checkpoints", "run_record", "RunResult", "fit",
+           "mean_std", "read_metrics", "Task", "text_task", "token_loss"]

@@ -7,7 +7,8 @@ devices hold; the parameters are replicated, so any process can read them back. 
 process 0 writes files (results, logs, checksums); orbax saves and restores checkpoints
 with every process taking part.
 
-    initialize("10.0.0.1:1234", num_processes=2, process_id=0)   # on host 0, before any JAX computation
+    initialize("10.0.0.1:1234", num_processes=2, process_id=0)   # on host 0,
+                                                                 # before any JAX computation
     initialize("10.0.0.1:1234", num_processes=2, process_id=1)   # on host 1
 
 On a Cloud TPU pod slice or under SLURM/Open MPI, `initialize(auto=True)` lets JAX find all three.
@@ -20,8 +21,8 @@ import numpy as np
 from attention_jax.errors import ConfigError
 
 
-def initialize(coordinator: str | None = None, num_processes: int | None = None, process_id: int | None = None,
-               *, auto: bool = False, timeout: float = 60.0) -> bool:
+def initialize(coordinator: str | None = None, num_processes: int | None = None,
+               process_id: int | None = None, *, auto: bool = False, timeout: float = 60.0) -> bool:
     """Join the processes of one run (before any JAX computation); False when there is nothing to
     join. `auto`: let JAX find them (a Cloud TPU pod slice, SLURM, Open MPI). `timeout`: seconds
     to wait for the others; a process other than 0 first waits for the coordinator to answer
@@ -29,13 +30,15 @@ def initialize(coordinator: str | None = None, num_processes: int | None = None,
     if not auto and not coordinator:
         return False
     if num_processes is not None and process_id is not None and not 0 <= process_id < num_processes:
-        raise ConfigError(f"process_id={process_id} is outside 0 .. {num_processes - 1} for "
-                          f"num_processes={num_processes}; number the processes from 0")   # before any wait
+        raise ConfigError(f"process_id={process_id} is outside 0 .. {num_processes - 1} "
+                          f"for num_processes={num_processes}; "
+                          "number the processes from 0")   # before any wait
     jax.config.update("jax_cpu_collectives_implementation", "gloo")   # CPU processes talk over TCP
     if auto:
         jax.distributed.initialize(initialization_timeout=int(timeout))
         return True
-    if process_id:   # JAX itself would wait minutes in native code, deaf to Ctrl-C, then abort the process
+    if process_id:   # JAX itself would wait minutes in native code,
+                     # deaf to Ctrl-C, then abort the process
         _wait_for(coordinator, timeout)
     jax.distributed.initialize(coordinator, num_processes=num_processes, process_id=process_id,
                                initialization_timeout=max(1, int(timeout)))
@@ -56,7 +59,8 @@ def _wait_for(address: str, timeout: float) -> None:
                 return
         except OSError as e:
             if time.monotonic() >= deadline:
-                raise ConfigError(f"no coordinator answered at {address} within {timeout:g} s ({e.strerror or e}); "
+                raise ConfigError(f"no coordinator answered at {address} within {timeout:g} s "
+                                  f"({e.strerror or e}); "
                                   "start process 0 there first, or check the address") from None
             time.sleep(0.2)
 
@@ -67,20 +71,24 @@ def is_writer() -> bool:
 
 
 def put(host: np.ndarray, sharding) -> jax.Array:
-    """Host data onto a (possibly multi-process) sharding: each process supplies its own devices' part."""
+    """Host data onto a (possibly multi-process) sharding: each process supplies its own
+    devices' part."""
     if jax.process_count() == 1:
         return jax.device_put(host, sharding)
     return jax.make_array_from_callback(host.shape, sharding, lambda index: host[index])
 
 
 def local(tree):
-    """Each replicated array as this process's own copy (PRNG keys stay keys), e.g. to build a model."""
-    return jax.tree.map(lambda a: a.addressable_data(0) if isinstance(a, jax.Array) and not a.is_fully_addressable
+    """Each replicated array as this process's own copy (PRNG keys stay keys), e.g. to
+    build a model."""
+    return jax.tree.map(lambda a: a.addressable_data(0)
+                        if isinstance(a, jax.Array) and not a.is_fully_addressable
                         else jax.device_get(a), tree)
 
 
 def to_host(tree):
-    """Device arrays -> numpy, for replicated arrays even when some of their devices are another process's."""
+    """Device arrays -> numpy, for replicated arrays even when some of their devices are
+    another process's."""
     def one(a):
         if isinstance(a, jax.Array) and not a.is_fully_addressable:
             return np.asarray(a.addressable_data(0))

@@ -15,12 +15,14 @@ from attention_jax.errors import ConfigError
 GIB = 1 << 30
 
 
-def needed(model_config: ModelConfig, train_config: TrainConfig, n_seeds: int, n_devices: int) -> dict[str, int]:
-    """Bytes per device, at least: {"state": parameters, moments, gradients; "logits": one batch's and
-    their gradient}."""
+def needed(model_config: ModelConfig, train_config: TrainConfig, n_seeds: int,
+           n_devices: int) -> dict[str, int]:
+    """Bytes per device, at least: {"state": parameters, moments, gradients; "logits": one batch's
+    and their gradient}."""
     from attention_jax.parameters import count_params
     state = 4 * 4 * count_params(model_config) * n_seeds
-    rows = -(-max(train_config.batch_size, train_config.eval_batch) // n_devices)   # a device's share, rounded up
+    # a device's share, rounded up
+    rows = -(-max(train_config.batch_size, train_config.eval_batch) // n_devices)
     logits = 2 * 4 * rows * model_config.context * model_config.vocab_size * n_seeds
     return {"state": state, "logits": logits}
 
@@ -29,7 +31,8 @@ def available(devices) -> int | None:
     """Bytes free on this process's first device: an accelerator's own count, a CPU's `MemAvailable`
     (Linux); None where neither says."""
     import jax
-    mine = [d for d in devices if getattr(d, "process_index", 0) == jax.process_index()] or list(devices)
+    mine = [d for d in devices if getattr(d, "process_index", 0) == jax.process_index()] \
+        or list(devices)
     try:        # only this process's own devices answer (several processes: the others' raise)
         stats = getattr(mine[0], "memory_stats", lambda: None)()
     except Exception:           # JaxRuntimeError, or a device kind that keeps no such count
@@ -55,6 +58,7 @@ def check(model_config: ModelConfig, train_config: TrainConfig, n_seeds: int, de
     if sum(need.values()) > free:
         raise ConfigError(
             f"training {n_seeds} seed(s) at batch {train_config.batch_size} (evaluation batch "
-            f"{train_config.eval_batch}) needs at least {sum(need.values()) / GIB:.1f} GiB a device (the state "
-            f"{need['state'] / GIB:.1f} GiB, a batch's logits and their gradient {need['logits'] / GIB:.1f} GiB), and "
-            f"{free / GIB:.1f} GiB is free; train fewer seeds at once or smaller batches")
+            f"{train_config.eval_batch}) needs at least {sum(need.values()) / GIB:.1f} GiB a "
+            f"device (the state {need['state'] / GIB:.1f} GiB, a batch's logits and their gradient "
+            f"{need['logits'] / GIB:.1f} GiB), and {free / GIB:.1f} GiB is free; train fewer seeds "
+            "at once or smaller batches")

@@ -11,13 +11,14 @@ from attention_jax.config import TrainConfig
 
 # The TrainConfig fields the optimizer (and so every compiled step) reads; the loop's own
 # (log_every, eval_every, checkpoint_every, train_eval_windows, eval_batch, batch_size) it does not.
-OPTIMIZER_FIELDS = ("steps", "lr", "weight_decay", "b1", "b2", "warmup_steps", "schedule", "min_lr_ratio",
-                    "grad_clip")
+OPTIMIZER_FIELDS = ("steps", "lr", "weight_decay", "b1", "b2", "warmup_steps", "schedule",
+                    "min_lr_ratio", "grad_clip")
 
 
 def lr_schedule(tc: TrainConfig) -> optax.Schedule | float:
     if tc.schedule == "cosine":
-        return optax.warmup_cosine_decay_schedule(0.0, tc.lr, tc.warmup_steps, tc.steps, tc.lr * tc.min_lr_ratio)
+        return optax.warmup_cosine_decay_schedule(0.0, tc.lr, tc.warmup_steps, tc.steps,
+                                                  tc.lr * tc.min_lr_ratio)
     if tc.warmup_steps:
         return optax.join_schedules([optax.linear_schedule(0.0, tc.lr, tc.warmup_steps),
                                      optax.constant_schedule(tc.lr)], [tc.warmup_steps])

@@ -38,8 +38,8 @@ def text_task(train_tokens: np.ndarray, val_tokens: np.ndarray, *, batch_size: i
         return {"train_ppl": engine.perplexity(state, train_tokens, max_windows=train_eval_windows),
                 "val_ppl": engine.perplexity(state, val_tokens)}
 
-    # Without an identity of the caller's, the tokens themselves say what the task is: a run resumed on
-    # other tokens would otherwise continue from, and report, the first run's model.
+    # Without an identity of the caller's, the tokens themselves say what the task is: a run
+    # resumed on other tokens would otherwise continue from, and report, the first run's model.
     tokens = hashlib.sha256(np.ascontiguousarray(train_tokens).tobytes() + b"|" +
                             np.ascontiguousarray(val_tokens).tobytes()).hexdigest()[:16]
     return Task(sample, evaluate, dict(identity) if identity else {"tokens": tokens})
