@@ -1,5 +1,6 @@
 """The library apart from the lab: what `import attention_jax` pulls in, and how its files (and the lab's) are kept."""
 import ast
+import importlib.util
 import pathlib
 import subprocess
 import sys
@@ -38,6 +39,20 @@ def test_importing_every_library_module_loads_no_matplotlib_torch_or_lab_code():
             "print(sorted({n.split('.')[0] for n in sys.modules} & {'matplotlib', 'torch', 'experiments'}))")
     out = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True, check=True)
     assert out.stdout.strip() == "[]"
+
+
+@pytest.mark.xfail(reason="until decoding/, model.py, fingerprint.py, speed/backend.py, speed/swap.py, "
+                          "speed/options.py, analysis/viewer.py, train/checkpoints.py are wrapped, and "
+                          "train/engine.py and pretrained.py, wrapped, fit in 350 lines", strict=False)
+@pytest.mark.skipif(importlib.util.find_spec("ruff") is None,
+                    reason="ruff is not installed (pip install -e '.[check]')")
+def test_every_library_line_is_at_most_100_characters():
+    """Every library line at most 100 characters, as ruff's E501 counts them (pyproject.toml's
+    [tool.ruff] sets the same line-length for ruff run by hand)."""
+    out = subprocess.run([sys.executable, "-m", "ruff", "check", "--no-cache", "--select", "E501",
+                          "--line-length", "100", "--output-format", "concise", "attention_jax"],
+                         cwd=ROOT, capture_output=True, text=True, timeout=120)
+    assert out.returncode == 0, "lines over 100 characters:\n" + out.stdout + out.stderr
 
 
 def test_the_library_s_largest_file_is_at_most_350_lines():
