@@ -8,7 +8,8 @@ trains on and how it is scored.
 """
 from attention_jax.config import TrainConfig
 from attention_jax.train.checkpoints import Checkpoints, run_record
-from attention_jax.train.engine import Engine, ProgramCache, unstack_seed
+from attention_jax.train.engine import Engine, unstack_seed
+from attention_jax.train.program_cache import ProgramCache
 from attention_jax.train.objective import cross_entropy, lr_schedule, make_optimizer, token_loss
 from attention_jax.train.loop import RunResult, fit, mean_std, read_metrics
 from attention_jax.train.tasks import Task, text_task

@@ -22,7 +22,6 @@ so two Engines of one configuration would trace and compile twice: Engines hande
 """
 from __future__ import annotations
 
-import collections
 import contextlib
 from typing import Callable
 
@@ -42,39 +41,47 @@ from attention_jax.speed import Speed, fast
 from attention_jax.speed.backend import backend_of
 from attention_jax.train import memory
 from attention_jax.train.distributed import local, put, to_host
-from attention_jax.train.objective import (OPTIMIZER_FIELDS, block_grad_norms, cross_entropy, lr_schedule,
-                                           make_optimizer, token_loss)
+from attention_jax.train.program_cache import ProgramCache
+from attention_jax.train.objective import (OPTIMIZER_FIELDS, block_grad_norms, cross_entropy,
+                                           lr_schedule, make_optimizer, token_loss)
 
 
 class Engine:
     """Compiled init / step / evaluation for one (model, training) configuration and N seeds."""
 
     def __init__(self, model_config: ModelConfig, train_config: TrainConfig, *, n_seeds: int = 1,
-                 loss: Callable = token_loss, step_metrics: bool = True, speed: Speed | None = Speed(),
-                 programs: ProgramCache | None = None, backend=None):
-        self.model_config, self.train_config, self.n_seeds, self.loss = model_config, train_config, n_seeds, loss
-        self.step_metrics = step_metrics   # False: the step returns the loss alone (the benchmark's baseline)
+                 loss: Callable = token_loss, step_metrics: bool = True,
+                 speed: Speed | None = Speed(), programs: ProgramCache | None = None, backend=None):
+        self.model_config, self.train_config, self.n_seeds, self.loss = \
+            model_config, train_config, n_seeds, loss
+        self.step_metrics = step_metrics   # False: the step returns the loss alone
+                                           # (the benchmark's baseline)
         self.speed = speed
         devices = tuple(jax.devices())
-        # The forms are chosen for these devices, or for `backend` when the programs are built for others
-        # (jax.export for cuda or tpu from this machine): read here, once, never inside a trace.
+        # The forms are chosen for these devices, or for `backend` when the programs are built for
+        # others (jax.export for cuda or tpu from this machine): read here, once, never inside
+        # a trace.
         self.backend = backend_of(devices if backend is None else backend)
         if len(devices) > 1 and train_config.batch_size % len(devices):
-            raise ConfigError(f"batch_size={train_config.batch_size} does not split over {len(devices)} "
-                              "devices; use a multiple of the device count")
+            raise ConfigError(f"batch_size={train_config.batch_size} does not split over "
+                              f"{len(devices)} devices; use a multiple of the device count")
         memory.check(model_config, train_config, n_seeds, devices)   # before anything is allocated
         if speed is not None:
-            speed.form_for(model_config, self.backend)   # a form this model cannot take: refused now, in one line
-        self.tx, self.schedule, self.vmapped = make_optimizer(train_config), lr_schedule(train_config), n_seeds > 1
+            speed.form_for(model_config, self.backend)   # a form this model cannot take:
+                                                         # refused now, in one line
+        self.tx, self.schedule, self.vmapped = \
+            make_optimizer(train_config), lr_schedule(train_config), n_seeds > 1
         self.graphdef, _ = nnx.split(nnx.eval_shape(lambda: self._build(jax.random.key(0))))
         # Auto axes: the batch is laid out over devices and XLA propagates the rest (the
         # embedding gather included); explicit axes would demand sharding rules per op.
-        self.mesh = (jax.make_mesh((len(devices),), ("data",), axis_types=(jax.sharding.AxisType.Auto,),
-                                   devices=devices) if len(devices) > 1 else None)
+        self.mesh = (jax.make_mesh((len(devices),), ("data",),
+                                   axis_types=(jax.sharding.AxisType.Auto,), devices=devices)
+                     if len(devices) > 1 else None)
         # Everything the compiled functions read of this Engine: Engines equal in it share them.
-        self.program_key = (model_config, tuple(getattr(train_config, f) for f in OPTIMIZER_FIELDS), n_seeds, Keyed(loss),
-                    step_metrics, devices, speed, self.backend)
-        compiled = self._compile() if programs is None else programs.get(self.program_key, self._compile)
+        self.program_key = (model_config, tuple(getattr(train_config, f) for f in OPTIMIZER_FIELDS),
+                            n_seeds, Keyed(loss), step_metrics, devices, speed, self.backend)
+        compiled = self._compile() if programs is None \
+            else programs.get(self.program_key, self._compile)
         self._init, self._step, self._steps, self._nll, self._logits = compiled
 
     # -- the pure functions, and their compiled forms --------------------------------------
@@ -84,7 +91,8 @@ class Engine:
 
     def _faster(self, model):
         """`model` with the speed's forms swapped in, for the `with` block."""
-        return contextlib.nullcontext(model) if self.speed is None else fast(model, self.speed, backend=self.backend)
+        return contextlib.nullcontext(model) if self.speed is None \
+            else fast(model, self.speed, backend=self.backend)
 
     def _init_one(self, key):
         return nnx.state(self._build(key))
@@ -93,11 +101,13 @@ class Engine:
         model, opt = nnx.merge(self.graphdef, state)
         lr = self.schedule(opt.step[...]) if callable(self.schedule) else jnp.asarray(self.schedule)
         with self._faster(model):
-            loss, grads = nnx.value_and_grad(lambda m: self.loss(m(batch["x"]), batch["y"], batch.get("weights")))(model)
+            loss, grads = nnx.value_and_grad(
+                lambda m: self.loss(m(batch["x"]), batch["y"], batch.get("weights")))(model)
         opt.update(model, grads)
         if not self.step_metrics:
             return nnx.state((model, opt)), {"loss": loss}
-        metrics = {"loss": loss, "lr": jnp.asarray(lr, jnp.float32), "grad_norm": optax.tree.norm(grads),
+        metrics = {"loss": loss, "lr": jnp.asarray(lr, jnp.float32),
+                   "grad_norm": optax.tree.norm(grads),
                    "block_grad_norm": block_grad_norms(grads, self.model_config.n_layers)}
         return nnx.state((model, opt)), metrics
 
@@ -117,7 +127,8 @@ class Engine:
             return model(x)
 
     def _compile(self) -> tuple:
-        """(init, step, steps, nll, logits): the pure functions for one seed or N under `vmap`, jit-compiled."""
+        """(init, step, steps, nll, logits): the pure functions for one seed or N under `vmap`,
+        jit-compiled."""
         over_seeds = (lambda f, **kw: jax.vmap(f, **kw)) if self.vmapped else (lambda f, **kw: f)
         replicated = None if self.mesh is None else NamedSharding(self.mesh, P())
         # On one device the initialisation runs op by op: compiling it costs about what the step
@@ -128,8 +139,9 @@ class Engine:
         step = jax.jit(over_seeds(self._step_one), donate_argnums=0)
         # K steps in one call, a scan over the batches' leading step axis: on a GPU/TPU a small
         # model's step takes less time than Python needs to launch it (`fit`'s steps_per_call).
-        steps = jax.jit(lambda state, batches: jax.lax.scan(over_seeds(self._step_one), state, batches),
-                        donate_argnums=0)
+        steps = jax.jit(
+            lambda state, batches: jax.lax.scan(over_seeds(self._step_one), state, batches),
+            donate_argnums=0)
         # Evaluation windows are split over the devices like a batch (each device scores its
         # share); the per-window sums and logits come back whole, so every process reads them all.
         whole = {} if self.mesh is None else {"out_shardings": replicated}
@@ -139,16 +151,19 @@ class Engine:
 
     # -- host-side API --------------------------------------------------------------------
     def check_seeds(self, seeds) -> list[int]:
-        """The seeds as ints, one per seed this engine was built for (else one line saying how to build it)."""
+        """The seeds as ints, one per seed this engine was built for (else one line saying how
+        to build it)."""
         seeds = [int(s) for s in seeds]
         if len(seeds) != self.n_seeds:
-            raise ConfigError(f"{len(seeds)} seed(s) for an engine built for {self.n_seeds}; build it with "
-                              f"Engine(..., n_seeds={len(seeds) or 1})" + (" and give at least one" if not seeds else ""))
+            raise ConfigError(f"{len(seeds)} seed(s) for an engine built for {self.n_seeds}; build "
+                              f"it with Engine(..., n_seeds={len(seeds) or 1})"
+                              + (" and give at least one" if not seeds else ""))
         return seeds
 
     def _keys(self, seeds):
         seeds = self.check_seeds(seeds)
-        return jax.vmap(jax.random.key)(jnp.asarray(seeds)) if self.vmapped else jax.random.key(seeds[0])
+        return jax.vmap(jax.random.key)(jnp.asarray(seeds)) if self.vmapped \
+            else jax.random.key(seeds[0])
 
     def init(self, seeds) -> nnx.State:
         return self.replicate(self._init(self._keys(seeds)))
@@ -159,15 +174,16 @@ class Engine:
     def _host(self, batches: list[dict]) -> dict:
         if len(batches) != self.n_seeds:
             raise ValueError(f"{len(batches)} batches for {self.n_seeds} seed(s)")
-        return {k: np.stack([b[k] for b in batches]) if self.vmapped else batches[0][k] for k in batches[0]}
+        return {k: np.stack([b[k] for b in batches]) if self.vmapped else batches[0][k]
+                for k in batches[0]}
 
     def _checked(self, host: dict, steps: tuple = ()) -> dict:
         """On the host, where it costs nothing (the compiled step cannot raise): a batch the config
         asked for, of token ids in the vocabulary, with loss weights that mean something."""
         missing = [k for k in ("x", "y") if k not in host]
         if missing:
-            raise ConfigError(f"a batch needs 'x' and 'y' (and optionally 'weights'); this one has no "
-                              f"{', '.join(map(repr, missing))}")
+            raise ConfigError(f"a batch needs 'x' and 'y' (and optionally 'weights'); this one has "
+                              f"no {', '.join(map(repr, missing))}")
         tc, lead = self.train_config, (self.n_seeds,) if self.vmapped else ()
         want = (*steps, *lead, tc.batch_size, self.model_config.context)
         for k in ("x", "y"):
@@ -175,26 +191,32 @@ class Engine:
             if not np.issubdtype(a.dtype, np.integer):
                 raise DataError(f"batch[{k!r}] holds {a.dtype} values; token ids are integers")
             if a.shape != want:
-                raise ConfigError(f"batch[{k!r}] has shape {a.shape}; this engine trains batches of "
-                                  f"[{tc.batch_size}, {self.model_config.context}] (batch_size, context)"
-                                  + (f", {want} with its step and seed axes" if len(want) > 2 else ""))
+                raise ConfigError(f"batch[{k!r}] has shape {a.shape}; this engine trains batches "
+                                  f"of [{tc.batch_size}, {self.model_config.context}] "
+                                  "(batch_size, context)"
+                                  + (f", {want} with its step and seed axes"
+                                     if len(want) > 2 else ""))
             check_ids(a, self.model_config.vocab_size)
         if "weights" in host:
             w = _loss_weights(host["weights"], np.shape(host["y"]), "batch['weights']", "y")
             if not (w.reshape(-1, *w.shape[-2:]).sum(axis=(-2, -1)) > 0).all():
-                raise DataError("batch['weights'] are all zero: that batch has nothing to learn from")
+                raise DataError("batch['weights'] are all zero: "
+                                "that batch has nothing to learn from")
         return host
 
     def shard(self, batches: list[dict]) -> dict:
-        """Per-seed host batches -> one device batch: stacked over seeds when vmapped, split over devices."""
+        """Per-seed host batches -> one device batch: stacked over seeds when vmapped, split
+        over devices."""
         return {k: self._shard(v) for k, v in self._checked(self._host(batches)).items()}
 
     def shard_steps(self, steps: list[list[dict]]) -> dict:
-        """K steps' per-seed host batches -> one device batch for `steps`, with a leading step axis."""
+        """K steps' per-seed host batches -> one device batch for `steps`, with a
+        leading step axis."""
         if not steps:
             raise ValueError("shard_steps needs the batches of at least one step")
         hosts = [self._host(b) for b in steps]
-        stacked = self._checked({k: np.stack([h[k] for h in hosts]) for k in hosts[0]}, (len(hosts),))
+        stacked = self._checked({k: np.stack([h[k] for h in hosts]) for k in hosts[0]},
+                                (len(hosts),))
         return {k: self._shard(v, lead=1) for k, v in stacked.items()}
 
     def step(self, state, batch: dict):
@@ -217,7 +239,8 @@ class Engine:
         """
         x, y = np.asarray(x), np.asarray(y)
         if x.shape != y.shape or x.ndim != 2:
-            raise ConfigError(f"nll needs windows x and targets y of one shape [W, T], got {x.shape} and {y.shape}")
+            raise ConfigError("nll needs windows x and targets y of one shape [W, T], got "
+                              f"{x.shape} and {y.shape}")
         check_ids(x, self.model_config.vocab_size), check_ids(y, self.model_config.vocab_size)
         b, n = self.train_config.eval_batch, len(x)
         if weights is not None:
@@ -226,12 +249,14 @@ class Engine:
         for i, rows in enumerate(in_batches(n, b)):
             w = None if weights is None else self._windows(weights[rows])
             s, c = (np.asarray(a, np.float64)
-                    for a in to_host(self._nll(state, self._windows(x[rows]), self._windows(y[rows]), w)))
+                    for a in to_host(self._nll(state, self._windows(x[rows]),
+                                               self._windows(y[rows]), w)))
             keep = min(b, n - i * b)
             total, count = total + s[..., :keep].sum(axis=-1), count + c[..., :keep].sum(axis=-1)
         return np.atleast_1d(total), np.atleast_1d(count)
 
-    def perplexity(self, state, tokens, *, context: int | None = None, max_windows: int | None = None) -> np.ndarray:
+    def perplexity(self, state, tokens, *, context: int | None = None,
+                   max_windows: int | None = None) -> np.ndarray:
         """exp(mean token NLL) over non-overlapping windows of `tokens`; one value per seed."""
         x, y = eval_windows(tokens, context or self.model_config.context, max_windows=max_windows)
         total, count = self.nll(state, x, y)
@@ -249,8 +274,10 @@ class Engine:
         """A usable NNX model holding one seed's parameters (the i-th of a vmapped state), as built:
         the reference equation (`speed.fast(model)` to compute it as the engine does), in eval mode:
         dropout off, so what is read of it is deterministic (`model.train()` turns dropout on)."""
-        if isinstance(seed, bool) or not isinstance(seed, (int, np.integer)) or not 0 <= seed < self.n_seeds:
-            raise ConfigError(f"seed={seed!r}: this engine holds {self.n_seeds} seed(s), by place: 0 to {self.n_seeds - 1}")
+        if isinstance(seed, bool) or not isinstance(seed, (int, np.integer)) \
+                or not 0 <= seed < self.n_seeds:
+            raise ConfigError(f"seed={seed!r}: this engine holds {self.n_seeds} seed(s), by place: "
+                              f"0 to {self.n_seeds - 1}")
         one = unstack_seed(state, seed) if self.vmapped else state
         model, _ = nnx.merge(self.graphdef, local(one))
         model.eval()
@@ -258,44 +285,51 @@ class Engine:
 
     # -- devices ----------------------------------------------------------------------------
     def _shard(self, a, lead: int = 0):
-        """A batch array onto the devices, its batch axis split (after `lead` step axes and the seed axis)."""
+        """A batch array onto the devices, its batch axis split (after `lead` step axes and
+        the seed axis)."""
         if self.mesh is None:
             return jnp.asarray(a)
         spec = P(*[None] * (lead + self.vmapped), "data")
         return put(np.asarray(a), NamedSharding(self.mesh, spec))
 
     def _windows(self, a):
-        """Evaluation windows [W, ...] split over the devices when W divides, else whole on every device."""
+        """Evaluation windows [W, ...] split over the devices when W divides, else whole on
+        every device."""
         if self.mesh is None or len(a) % self.mesh.size:
             return self._everywhere(a)
         return put(np.asarray(a), NamedSharding(self.mesh, P("data")))
 
     def _everywhere(self, a):
         """An evaluation input, whole on every device (on every process's devices)."""
-        return jnp.asarray(a) if self.mesh is None else put(np.asarray(a), NamedSharding(self.mesh, P()))
+        return jnp.asarray(a) if self.mesh is None \
+            else put(np.asarray(a), NamedSharding(self.mesh, P()))
 
     def replicate(self, state):
         if self.mesh is None:
             return state
         sharding = NamedSharding(self.mesh, P())
-        return jax.tree.map(lambda a: a if getattr(a, "sharding", None) == sharding else jax.device_put(a, sharding),
-                            state)
+        return jax.tree.map(lambda a: a if getattr(a, "sharding", None) == sharding
+                            else jax.device_put(a, sharding), state)
 
 
 def _loss_weights(weights, shape, what: str, like: str) -> np.ndarray:
-    """Loss weights as float64, or one line: they must be finite, non-negative and shaped like the targets."""
+    """Loss weights as float64, or one line: they must be finite, non-negative and shaped
+    like the targets."""
     w = np.asarray(weights, np.float64)
     if w.shape != tuple(shape) or not np.all(np.isfinite(w)) or (w < 0).any():
-        raise DataError(f"{what} must be finite, non-negative and shaped like {like} {tuple(shape)}, got shape "
-                        f"{w.shape}" + ("" if w.shape != tuple(shape) else " with negative or non-finite values"))
+        raise DataError(f"{what} must be finite, non-negative and shaped like {like} "
+                        f"{tuple(shape)}, got shape {w.shape}"
+                        + ("" if w.shape != tuple(shape)
+                           else " with negative or non-finite values"))
     return w
 
 
 def _live(state) -> None:
-    """A state whose buffers a step already consumed is refused in one line (JAX's own error is deep)."""
+    """A state whose buffers a step already consumed is refused in one line (JAX's own
+    error is deep)."""
     if any(isinstance(a, jax.Array) and a.is_deleted() for a in jax.tree.leaves(state)):
-        raise ConfigError("this state was consumed by an earlier step (its buffers are donated to the step); "
-                          "go on with the state that step returned")
+        raise ConfigError("this state was consumed by an earlier step (its buffers are donated to "
+                          "the step); go on with the state that step returned")
 
 
 def in_batches(n: int, batch: int) -> list[np.ndarray]:
@@ -308,30 +342,3 @@ def in_batches(n: int, batch: int) -> list[np.ndarray]:
 def unstack_seed(state, i: int):
     """The state of one seed out of a vmapped (stacked) state."""
     return jax.tree.map(lambda a: a[i], state)
-
-
-class ProgramCache:
-    """Compiled programs shared by the Engines built with this cache (`Engine(..., programs=cache)`): a
-    second Engine of a configuration already built traces and compiles nothing. The key (`Engine.program_key`)
-    is everything the programs compute with (model config, the optimizer's fields, seed count, loss,
-    metrics, devices, speed, backend); the `maxsize` most recently used are kept. Like any `jax.jit`
-    function they keep what they traced: after editing the library's code in a running session,
-    `clear()` (or a new cache)."""
-
-    def __init__(self, maxsize: int = 32):
-        self.maxsize, self._kept = maxsize, collections.OrderedDict()
-
-    def get(self, key, compile: Callable[[], tuple]) -> tuple:
-        if key in self._kept:
-            self._kept.move_to_end(key)
-            return self._kept[key]
-        compiled = self._kept[key] = compile()
-        while len(self._kept) > self.maxsize:
-            self._kept.popitem(last=False)
-        return compiled
-
-    def clear(self) -> None:
-        self._kept.clear()
-
-    def __len__(self) -> int:
-        return len(self._kept)
