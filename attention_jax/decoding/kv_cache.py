@@ -2,7 +2,7 @@
 
     decoding = cached(model, batch=2, max_len=24, padding=[0, 3])   # swapped in, in place
     logits = decoding(prompt)            # the prompt once (rows left-padded by `padding` slots)
-    logits = decoding(next_tokens)       # then a position a call: each reads every slot written so far
+    logits = decoding(next_tokens)       # then a position a call, reading every slot written
     decoding.undo()                      # the model as built again
 
 `cached` swaps, by `attention_jax.swap`, each mixer for a twin that holds it and its cache:
@@ -32,7 +32,8 @@ from attention_jax.swap import Swapped, twins
 
 
 class Clock(nnx.Module):
-    """Where decoding stands: the slot the next position goes to, and each row's first slot (`start`)."""
+    """Where decoding stands: the slot the next position goes to, and each row's first slot
+    (`start`)."""
 
     def __init__(self, length: int, start):
         self.length = length
@@ -48,31 +49,36 @@ class Clock(nnx.Module):
         return self.slots(t)[None, :] - self.start[...][:, None]
 
     def visible(self, t: int) -> jax.Array:
-        """bool [B, t, length]: the next t queries see the slots at or before their own, from their row's start."""
+        """bool [B, t, length]: the next t queries see the slots at or before their own, from their
+        row's start."""
         at, slot = self.slots(t), jnp.arange(self.length)
-        return (slot[None, None, :] <= at[None, :, None]) & (slot[None, None, :] >= self.start[...][:, None, None])
+        return (slot[None, None, :] <= at[None, :, None]) & \
+            (slot[None, None, :] >= self.start[...][:, None, None])
 
 
 class KVCache(nnx.Module):
-    """Values (and keys) at every slot up to the clock's length, preallocated so shapes stay fixed under
-    jit: [B, H, length, D] for attention, [B, length, D] for the average."""
+    """Values (and keys) at every slot up to the clock's length, preallocated so shapes stay fixed
+    under jit: [B, H, length, D] for attention, [B, length, D] for the average."""
 
     def __init__(self, shape: tuple[int, ...], dtype, *, keys: bool = True):
-        # One row of attention is kept as [H, length, D]: held as [1, H, length, D], XLA's CPU backend copies
-        # the whole cache several times a token, where it writes one slot in place otherwise.
+        # One row of attention is kept as [H, length, D]: held as [1, H, length, D], XLA's CPU
+        # backend copies the whole cache several times a token, where it writes one slot in place
+        # otherwise.
         self.shape = tuple(shape)
         stored = self.shape[1:] if len(shape) == 4 and shape[0] == 1 else self.shape
         self.k = nnx.Cache(jnp.zeros(stored, dtype)) if keys else None
         self.v = nnx.Cache(jnp.zeros(stored, dtype))
 
     def write(self, at, v, k=None):
-        """t new slots from slot `at`; every value (and key) written so far, zeros past them: [..., length, D]."""
+        """t new slots from slot `at`; every value (and key) written so far, zeros past them:
+        [..., length, D]."""
         put = lambda cache, new: jax.lax.dynamic_update_slice_in_dim(
             cache, new.astype(cache.dtype).reshape(*cache.shape[:-2], *new.shape[-2:]), at, axis=-2)
         self.v[...] = put(self.v[...], v)
         if k is not None:
             self.k[...] = put(self.k[...], k)
-        return self.v[...].reshape(self.shape), None if k is None else self.k[...].reshape(self.shape)
+        keys = None if k is None else self.k[...].reshape(self.shape)
+        return self.v[...].reshape(self.shape), keys
 
 
 class CachedAttention(nnx.Module):
@@ -82,8 +88,9 @@ class CachedAttention(nnx.Module):
     def __init__(self, mixer, clock: Clock):
         cfg = mixer.config
         if type(mixer.attention.mask) is not CausalMask:
-            raise ConfigError(f"decoding reads the past only; a {type(mixer.attention.mask).__name__} mask "
-                              "cannot decode: decode outside the ablation")
+            mask = type(mixer.attention.mask).__name__
+            raise ConfigError(f"decoding reads the past only; a {mask} mask cannot decode: decode "
+                              "outside the ablation")
         self.reference, self.clock = mixer, clock
         shape = (clock.start.shape[0], cfg.heads_used, clock.length, cfg.d_head_used)
         self.cache = KVCache(shape, jnp.dtype(cfg.dtype))
@@ -105,7 +112,8 @@ class CachedAttention(nnx.Module):
 
 
 class CachedAverage(nnx.Module):
-    """The uniform average decoding: each new position the mean of its row's values written so far."""
+    """The uniform average decoding: each new position the mean of its row's values written so
+    far."""
 
     def __init__(self, mixer: UniformAverage, clock: Clock, d_model: int, dtype):
         self.reference, self.clock = mixer, clock
@@ -115,13 +123,13 @@ class CachedAverage(nnx.Module):
         clock, T = self.clock, x.shape[-2]
         at, seen = clock.positions(T), clock.visible(T)             # [B, T], [B, T, length]
         values, _ = self.cache.write(clock.index[...], x)
-        w = seen / jnp.maximum(at[..., None] + 1.0, 1.0)            # a padding slot's query sees nothing: 0, not 0/0
+        w = seen / jnp.maximum(at[..., None] + 1.0, 1.0)    # a padding slot's query: 0, not 0/0
         return jnp.einsum("BTS,BSD->BTD", w.astype(x.dtype), values)
 
 
 class CachedPositions(nnx.Module):
-    """The positions added to the tokens, read at the clock's positions: [B, T, D] (a padding slot reads
-    row 0, which no query reads)."""
+    """The positions added to the tokens, read at the clock's positions: [B, T, D] (a padding slot
+    reads row 0, which no query reads)."""
 
     def __init__(self, positions, clock: Clock):
         self.reference, self.clock = positions, clock
@@ -131,8 +139,8 @@ class CachedPositions(nnx.Module):
 
 
 class Cached(Swapped):
-    """A model decoding (`cached`): call it with the next tokens [B, t] for their logits; the clock moves
-    on by t. `undo()` (or leaving a `with` block) puts the model as built back."""
+    """A model decoding (`cached`): call it with the next tokens [B, t] for their logits; the clock
+    moves on by t. `undo()` (or leaving a `with` block) puts the model as built back."""
 
     def __init__(self, model, clock: Clock | None, parts: dict):
         super().__init__(model, parts)
@@ -143,8 +151,10 @@ class Cached(Swapped):
 
     @classmethod
     def resume(cls, model) -> "Cached":
-        """A model whose twins are in already (merged again from its state, inside a compiled loop)."""
-        return cls(model, next((m for _, m in nnx.iter_modules(model) if isinstance(m, Clock)), None), {})
+        """A model whose twins are in already (merged again from its state, inside a compiled
+        loop)."""
+        clock = next((m for _, m in nnx.iter_modules(model) if isinstance(m, Clock)), None)
+        return cls(model, clock, {})
 
     def _check(self, shape: tuple) -> None:
         """One line for tokens the cache cannot take: not [rows, t], t >= 1, or past its slots."""
@@ -166,14 +176,14 @@ class Cached(Swapped):
         return logits
 
 
-# Which twin replaces which part (`attention_jax.swap.twins`): each mixer, and the positions added to
-# the tokens (a model with neither keeps nothing while it decodes).
+# Which twin replaces which part (`attention_jax.swap.twins`): each mixer, and the positions added
+# to the tokens (a model with neither keeps nothing while it decodes).
 _attention = lambda mixer, path, *, clock, config: CachedAttention(mixer, clock)
 TWINS = {
     Head: _attention,
     MultiHeadAttention: _attention,
-    UniformAverage: lambda mixer, path, *, clock, config: CachedAverage(mixer, clock, config.d_model,
-                                                                        jnp.dtype(config.dtype)),
+    UniformAverage: lambda mixer, path, *, clock, config: CachedAverage(
+        mixer, clock, config.d_model, jnp.dtype(config.dtype)),
     PositionTable: lambda table, path, *, clock, config: CachedPositions(table, clock),
     SinusoidalPositions: lambda table, path, *, clock, config: CachedPositions(table, clock),
 }
@@ -209,7 +219,8 @@ def cached(model, batch: int, max_len: int | None = None, *, padding=None) -> Ca
                           "of rows and of slots a row")
     if cfg.positions == "learned" and max_len > cfg.max_positions_used:
         raise ConfigError(f"a cache of {max_len} positions passes the learned position table "
-                          f"({cfg.max_positions_used} rows); decode at most {cfg.max_positions_used}")
+                          f"({cfg.max_positions_used} rows); decode at most "
+                          f"{cfg.max_positions_used}")
     start = _start(batch, max_len, padding)
     memory.check({"cache": memory.cache_bytes(cfg, batch, max_len)},
                  f"a cache of {batch} row(s) of {max_len} slots",

@@ -39,18 +39,21 @@ from attention_jax.swap import twins
 
 @jax.jit
 def quantized(matrix) -> tuple[jax.Array, jax.Array]:
-    """[out, in] -> (int8 levels [out, in], float32 scale [out]): each row over its largest magnitude."""
+    """[out, in] -> (int8 levels [out, in], float32 scale [out]): each row over its largest
+    magnitude."""
     scale = jnp.max(jnp.abs(matrix), axis=1) / 127
     scale = jnp.where(scale > 0, scale, 1.0)
     return jnp.round(matrix / scale[:, None]).astype(jnp.int8), scale.astype(jnp.float32)
 
 
 def _streamed(weight, parts, accumulate):
-    """weight [out, in] · each of `parts` [..., in] -> [len(parts), ..., out], summed in `accumulate`: the
-    weight as the product's left operand, which XLA's CPU kernels stream faster than as the right one.
-    A barrier keeps the result's transpose apart, else XLA folds it back into the product, swapping them."""
+    """weight [out, in] · each of `parts` [..., in] -> [len(parts), ..., out], summed in
+    `accumulate`: the weight as the product's left operand, which XLA's CPU kernels stream faster
+    than as the right one. A barrier keeps the result's transpose apart, else XLA folds it back
+    into the product, swapping them."""
     rows = jnp.stack(parts).reshape(-1, parts[0].shape[-1])
-    y = jax.lax.dot_general(weight, rows, (((1,), (1,)), ((), ())), preferred_element_type=accumulate)
+    y = jax.lax.dot_general(weight, rows, (((1,), (1,)), ((), ())),
+                            preferred_element_type=accumulate)
     return jax.lax.optimization_barrier(y).T.reshape(len(parts), *parts[0].shape[:-1], -1)
 
 
@@ -96,9 +99,10 @@ def _widened_row(x, weight, scale):
     the row is gathered, else the ops that made it are fused into the loop and redone for every
     row of the weight; the result passes a reduce_precision that changes no float32, else a bias
     added to it pulls the product into a kernel that copies the weight transposed first."""
-    row = x.reshape(-1).at[jnp.arange(x.size)].get(mode="promise_in_bounds", indices_are_sorted=True,
-                                                   unique_indices=True)
-    y = jax.lax.reduce_precision(row @ weight.astype(jnp.float32).T, exponent_bits=8, mantissa_bits=23)
+    row = x.reshape(-1).at[jnp.arange(x.size)].get(mode="promise_in_bounds",
+                                                   indices_are_sorted=True, unique_indices=True)
+    y = jax.lax.reduce_precision(row @ weight.astype(jnp.float32).T, exponent_bits=8,
+                                 mantissa_bits=23)
     return (y if scale is None else y * scale).reshape(*x.shape[:-1], -1)
 
 
@@ -107,12 +111,12 @@ def product(x, weight, scale=None, *, backend=None) -> jax.Array:
     float32 (x's dtype out), by the form that streams fastest on `backend` (`speed.backend_of`;
     None: the default devices)."""
     if x.size == x.shape[-1] and x.dtype == jnp.float32 and backend_of(backend).cpu:
-        with jax.named_scope("cpu_only"):     # the cross-lowering tests look for this name in cuda/tpu programs
+        with jax.named_scope("cpu_only"):     # the cross-lowering tests look for it in cuda/tpu
             return _one_row(x, weight, scale)
     if weight.dtype == jnp.int8:
         return _int8_product(x.astype(jnp.float32), weight, scale).astype(x.dtype)
     contract = (((x.ndim - 1,), (1,)), ((), ()))
-    if x.dtype in (jnp.bfloat16, jnp.float16):      # a low-precision stream: its own dtype, summed in float32
+    if x.dtype in (jnp.bfloat16, jnp.float16):   # a low-precision stream: its dtype, float32 sums
         return jax.lax.dot_general(x, weight.astype(x.dtype), contract,
                                    preferred_element_type=jnp.float32).astype(x.dtype)
     if weight.dtype != jnp.bfloat16:
@@ -134,21 +138,24 @@ class DecodingDense(nnx.Module):
 
     def __init__(self, layer: Dense, *, int8: bool = False, backend=None):
         weight = _held(layer.kernel[...].T)
-        self.weight, self.scale = (nnx.Param(a) for a in quantized(weight)) if int8 else (nnx.Param(weight), None)
+        self.weight, self.scale = (nnx.Param(a) for a in quantized(weight)) if int8 else \
+            (nnx.Param(weight), None)
         self.bias, self.dtype, self.backend = layer.bias, layer.dtype, backend_of(backend)
 
     def __call__(self, x):
         x = F.floating(x if self.dtype is None else x.astype(self.dtype))
-        y = product(x, self.weight[...], None if self.scale is None else self.scale[...], backend=self.backend)
+        scale = None if self.scale is None else self.scale[...]
+        y = product(x, self.weight[...], scale, backend=self.backend)
         return y if self.bias is None else y + self.bias[...].astype(y.dtype)
 
 
 class DecodingEmbed(TokenEmbed):
-    """The token table, the tied output layer reading it by `product` (int8: each row's levels and scale)."""
+    """The token table, the tied output layer reading it by `product` (int8: each row's levels and
+    scale)."""
 
     def __init__(self, table: TokenEmbed, *, int8: bool = False, backend=None):
         for name, value in vars(table).items():
-            if not name.startswith("_"):             # the parameter and Embed's settings; nnx keeps its own state
+            if not name.startswith("_"):    # the parameter and Embed's settings; nnx keeps its own
                 setattr(self, name, value)
         matrix = _held(table.embedding[...])
         self.embedding, self.scale = (nnx.Param(a) for a in quantized(matrix)) if int8 else \
@@ -158,27 +165,33 @@ class DecodingEmbed(TokenEmbed):
     def __call__(self, tokens):
         if self.scale is None:
             return super().__call__(tokens)
-        return jnp.take(self.embedding[...], tokens, axis=0).astype(jnp.float32) * self.scale[...][tokens][..., None]
+        rows = jnp.take(self.embedding[...], tokens, axis=0).astype(jnp.float32)
+        return rows * self.scale[...][tokens][..., None]
 
     def attend(self, x):
-        return product(x, self.embedding[...], None if self.scale is None else self.scale[...], backend=self.backend)
+        scale = None if self.scale is None else self.scale[...]
+        return product(x, self.embedding[...], scale, backend=self.backend)
 
 
 def _dense(layer: Dense, path: str, *, int8: bool, backend, **_):
     # A dense layer that rounds its own operands (`Speed(matmul_dtype=...)`) keeps its product.
-    return DecodingDense(layer, int8=int8, backend=backend) if getattr(layer, "matmul_dtype", None) is None else None
+    if getattr(layer, "matmul_dtype", None) is not None:
+        return None
+    return DecodingDense(layer, int8=int8, backend=backend)
 
 
 def _embed(table: TokenEmbed, path: str, *, tied: bool, int8: bool, backend):
-    return DecodingEmbed(table, int8=int8, backend=backend) if tied and path == "token_embed" else None
+    tied_table = tied and path == "token_embed"
+    return DecodingEmbed(table, int8=int8, backend=backend) if tied_table else None
 
 
-# Which twin replaces which part (`attention_jax.swap.twins`): every dense layer, as built or swapped,
-# and the token table when the output layer reads it.
+# Which twin replaces which part (`attention_jax.swap.twins`): every dense layer, as built or
+# swapped, and the token table when the output layer reads it.
 TWINS = {Dense: _dense, TokenEmbed: _embed, DecodingEmbed: None}
 
 
 def parts(model, *, int8: bool = False, backend=None) -> dict:
-    """path -> twin (`TWINS`) for decoding `model`; `int8`: its matrices as int8 levels; `backend`: the
-    devices the decoding program is built for (`speed.backend_of`)."""
-    return twins(model, TWINS, tied=getattr(model, "lm_head", 0) is None, int8=int8, backend=backend_of(backend))
+    """path -> twin (`TWINS`) for decoding `model`; `int8`: its matrices as int8 levels; `backend`:
+    the devices the decoding program is built for (`speed.backend_of`)."""
+    return twins(model, TWINS, tied=getattr(model, "lm_head", 0) is None, int8=int8,
+                 backend=backend_of(backend))

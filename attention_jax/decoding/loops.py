@@ -24,7 +24,7 @@ from flax import nnx
 
 from attention_jax.decoding import kv_cache
 
-CHUNK_SECONDS = 0.25     # a Ctrl-C is answered within about this, and each chunk costs one call's launch
+CHUNK_SECONDS = 0.25     # a Ctrl-C is answered within about this; a chunk costs one call's launch
 FIRST_CHUNK = 4
 
 
@@ -37,7 +37,8 @@ class NotFinite(Exception):
 
 
 class Stopped(Exception):
-    """Ctrl-C while decoding: `out` holds the tokens written so far, `done` of them new in each row."""
+    """Ctrl-C while decoding: `out` holds the tokens written so far, `done` of them new in each
+    row."""
 
     def __init__(self, out: np.ndarray, done: int):
         self.out, self.done = out, done
@@ -45,30 +46,34 @@ class Stopped(Exception):
 
 
 def _argmax(logits) -> jax.Array:
-    """jnp.argmax of [V] logits (the first largest; the first NaN if any) in two plain reductions: XLA's
-    CPU backend takes about 2.5x their time for argmax's one reduction over (value, index) pairs."""
+    """jnp.argmax of [V] logits (the first largest; the first NaN if any) in two plain reductions:
+    XLA's CPU backend takes about 2.5x their time for argmax's one reduction over (value, index)
+    pairs."""
     top = jnp.max(logits)
     hit = (logits == top) | jnp.isnan(logits)
     return jnp.min(jnp.where(hit, jnp.arange(logits.shape[-1], dtype=jnp.int32), logits.shape[-1]))
 
 
-def next_token(logits, key, temperature, *, greedy: bool = False, top_k: int | None = None) -> jax.Array:
-    """One id drawn from softmax(logits / temperature) over [V] logits, among the `top_k` most likely
-    when given (ties at the k-th value kept); `greedy`: the argmax, no key used."""
+def next_token(logits, key, temperature, *, greedy: bool = False,
+               top_k: int | None = None) -> jax.Array:
+    """One id drawn from softmax(logits / temperature) over [V] logits, among the `top_k` most
+    likely when given (ties at the k-th value kept); `greedy`: the argmax, no key used."""
     logits = logits.astype(jnp.float32)
     if greedy:
         return _argmax(logits)
     if top_k is not None:
         kth = jax.lax.top_k(logits, top_k)[0][-1]
         logits = jnp.where(logits < kth, -jnp.inf, logits)
-    # Shifted so the largest is 0 before dividing: a small temperature sends the rest to -inf, never to +inf.
+    # Shifted so the largest is 0 before dividing: a small temperature sends the rest to -inf, never
+    # to +inf.
     return jax.random.categorical(key, (logits - jnp.max(logits)) / temperature).astype(jnp.int32)
 
 
 def _draw(logits, key, temperature, greedy, top_k):
-    """One id per row of logits [B, V]: key, sub = split(key); each row draws with its own part of sub."""
+    """One id per row of logits [B, V]: key, sub = split(key); each row draws with its own part of
+    sub (one row: sub itself, a 1-D prompt's draws)."""
     key, sub = jax.random.split(key)
-    keys = sub[None] if len(logits) == 1 else jax.random.split(sub, len(logits))   # one row: a 1-D prompt's draws
+    keys = sub[None] if len(logits) == 1 else jax.random.split(sub, len(logits))
     draw = jax.vmap(lambda row, k: next_token(row, k, temperature, greedy=greedy, top_k=top_k))
     return draw(logits, keys), key
 
@@ -99,11 +104,12 @@ def _zeros(shapes):
     return jax.tree.unflatten(tree, [jnp.zeros(shape, dtype) for shape, dtype in leaves])
 
 
-@functools.partial(jax.jit, static_argnames=("graph", "greedy", "top_k"), donate_argnames=("buf",))
+@functools.partial(jax.jit, static_argnames=("graph", "greedy", "top_k"),
+                   donate_argnames=("buf",))
 def _windows(graph, state, buf, lengths, key, temperature, at, count, *, greedy: bool, top_k):
-    """Tokens `at` .. `at + count - 1` (new in each row), each from a whole window of `context` tokens of
-    its row's text (`buf`, its prompt `lengths[b]` long, padded on the right, where the causal mask hides
-    it): (buf, key, whether every logit drawn from was finite)."""
+    """Tokens `at` .. `at + count - 1` (new in each row), each from a whole window of `context`
+    tokens of its row's text (`buf`, its prompt `lengths[b]` long, padded on the right, where the
+    causal mask hides it): (buf, key, whether every logit drawn from was finite)."""
     model = nnx.merge(graph.graph, state)
     B, T = buf.shape[0], model.config.context
     rows = jnp.arange(B)
@@ -121,11 +127,11 @@ def _windows(graph, state, buf, lengths, key, temperature, at, count, *, greedy:
 
 
 def cached_model(graphdef, state, batch: int, length: int):
-    """The model of `graphdef` and `state` with the key/value cache's twins in (`kv_cache.cached`, for
-    `batch` rows of `length` slots), split as (its `Graph`, its empty cache, the rest): made once a
-    shape, nothing computed; the rest holds `state`'s very arrays. `cached_loop` takes the empty
-    cache's shapes alone (`jax.ShapeDtypeStruct`s), so a caller keeping this for later calls keeps
-    no cache."""
+    """The model of `graphdef` and `state` with the key/value cache's twins in (`kv_cache.cached`,
+    for `batch` rows of `length` slots), split as (its `Graph`, its empty cache, the rest): made
+    once a shape, nothing computed; the rest holds `state`'s very arrays. `cached_loop` takes the
+    empty cache's shapes alone (`jax.ShapeDtypeStruct`s), so a caller keeping this for later calls
+    keeps no cache."""
     model = nnx.merge(graphdef, state)
     kv_cache.cached(model, batch, length)
     graph, empty, rest = nnx.split(model, nnx.Cache, ...)
@@ -145,15 +151,16 @@ def prefill(graph, rest, empty, prompt, padding):
     return nnx.state(model, nnx.Cache), logits
 
 
-@functools.partial(jax.jit, static_argnames=("graph", "greedy", "top_k"), donate_argnames=("cache", "out"))
+@functools.partial(jax.jit, static_argnames=("graph", "greedy", "top_k"),
+                   donate_argnames=("cache", "out"))
 def extend(graph, state, cache, logits, key, temperature, out, at, count, *, greedy: bool, top_k):
-    """`count` new tokens, each drawn from `logits`, written to `out` [B, N] at column `at` + i and fed
-    through the cached model (`graph` merged with `cache` and the rest of its `state`, the weights:
-    `cached_model`) for the next logits: (cache, logits, key, out, whether every logit drawn from
-    was finite). The weights go in and not out: a call copies none of them."""
+    """`count` new tokens, each drawn from `logits`, written to `out` [B, N] at column `at` + i and
+    fed through the cached model (`graph` merged with `cache` and the rest of its `state`, the
+    weights: `cached_model`) for the next logits: (cache, logits, key, out, whether every logit
+    drawn from was finite). The weights go in and not out: a call copies none of them."""
     def step(i, carry):
-        # Opaque to XLA each step, the weights included: else it hoists their conversion to float32 out
-        # of the loop, and every token reads float32 weights, whatever dtype they are stored in.
+        # Opaque to XLA each step, the weights included: else it hoists their conversion to float32
+        # out of the loop, and every token reads float32 weights, whatever dtype they are stored in.
         state, cache, logits, key, out, finite = jax.lax.optimization_barrier(carry)
         token, key = _draw(logits, key, temperature, greedy, top_k)
         model = nnx.merge(graph.graph, cache, state)
@@ -162,7 +169,8 @@ def extend(graph, state, cache, logits, key, temperature, out, at, count, *, gre
         out = jax.lax.dynamic_update_slice(out, token[:, None], (0, i))
         return state, nnx.state(model, nnx.Cache), logits, key, out, finite
 
-    return jax.lax.fori_loop(at, at + count, step, (state, cache, logits, key, out, jnp.bool_(True)))[1:]
+    carry = (state, cache, logits, key, out, jnp.bool_(True))
+    return jax.lax.fori_loop(at, at + count, step, carry)[1:]
 
 
 @functools.partial(jax.jit, static_argnames=("greedy", "top_k"))
@@ -172,23 +180,24 @@ def last(logits, key, temperature, *, greedy: bool, top_k):
 
 
 def _chunks(total: int):
-    """(at, count) over 0 .. total - 1, each chunk sized to take about CHUNK_SECONDS at the rate the chunks
-    before it ran (the caller computes each chunk between one yield and the next)."""
+    """(at, count) over 0 .. total - 1, each chunk sized to take about CHUNK_SECONDS at the rate the
+    chunks before it ran (the caller computes each chunk between one yield and the next)."""
     at, rate = 0, None
     while at < total:
         count = min(FIRST_CHUNK if rate is None else max(1, int(CHUNK_SECONDS * rate)), total - at)
         began = time.perf_counter()
         yield at, count
         took = time.perf_counter() - began
-        rate = None if rate is None and at == 0 and took > CHUNK_SECONDS else count / max(took, 1e-6)
+        compiling = rate is None and at == 0 and took > CHUNK_SECONDS
+        rate = None if compiling else count / max(took, 1e-6)
         at += count
 
 
 def cached_loop(made, prompt, padding, key, temperature, *, n: int, greedy: bool,
                 top_k) -> np.ndarray:
-    """The prompts [B, P] followed by `n` >= 1 new tokens each, [B, P + n], decoded with the cache; `made`:
-    `cached_model(graphdef, state, B, P + n - 1)` (every new token but the last is fed back), its
-    cache as arrays or their shapes."""
+    """The prompts [B, P] followed by `n` >= 1 new tokens each, [B, P + n], decoded with the cache;
+    `made`: `cached_model(graphdef, state, B, P + n - 1)` (every new token but the last is fed
+    back), its cache as arrays or their shapes."""
     B, P = prompt.shape
     graph, empty, state = made
     leaves, tree = jax.tree.flatten(empty)
@@ -197,23 +206,26 @@ def cached_loop(made, prompt, padding, key, temperature, *, n: int, greedy: bool
     out, done = jnp.zeros((B, n), jnp.int32), 0
     try:
         for at, count in _chunks(n - 1):
-            cache, logits, key, out, finite = extend(graph, state, cache, logits, key, temperature, out, at, count,
-                                                     greedy=greedy, top_k=top_k)
+            cache, logits, key, out, finite = extend(graph, state, cache, logits, key, temperature,
+                                                     out, at, count, greedy=greedy, top_k=top_k)
             if not bool(finite):       # waits for the chunk: a Ctrl-C meanwhile is raised here
                 raise NotFinite(at)
             done = at + count
         token, finite = last(logits, key, temperature, greedy=greedy, top_k=top_k)
         finite = bool(finite)
     except KeyboardInterrupt:
-        raise Stopped(np.concatenate([np.asarray(prompt), np.asarray(out)[:, :done]], 1), done) from None
+        drawn = np.concatenate([np.asarray(prompt), np.asarray(out)[:, :done]], 1)
+        raise Stopped(drawn, done) from None
     if not finite:
         raise NotFinite(n - 1)
     return np.concatenate([np.asarray(prompt), np.asarray(out.at[:, n - 1].set(token))], axis=1)
 
 
-def windows(graphdef, state, buf, lengths, key, temperature, *, n: int, greedy: bool, top_k) -> np.ndarray:
-    """Uncached: `n` new tokens for each row of `buf` (its prompt `lengths[b]` long, padded on the right),
-    each step a whole window of `context` tokens; the buffer back, [B, max(context, P + n)]."""
+def windows(graphdef, state, buf, lengths, key, temperature, *, n: int, greedy: bool,
+            top_k) -> np.ndarray:
+    """Uncached: `n` new tokens for each row of `buf` (its prompt `lengths[b]` long, padded on the
+    right), each step a whole window of `context` tokens; the buffer back, [B, max(context, P +
+    n)]."""
     done, graph = 0, Graph(graphdef)
     try:
         for at, count in _chunks(n):
