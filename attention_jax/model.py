@@ -61,8 +61,8 @@ class DotProductAttention(nnx.Module):
 
 
 class _Attention(nnx.Module):
-    """A head's three steps: `project` the stream to q, k, v; `_attend` (positions, then `attention`);
-    `output` each head's result back to the stream.
+    """A head's three steps: `project` the stream to q, k, v; `_attend` (positions, then
+    `attention`); `output` each head's result back to the stream.
 
     Hook points, each [B, H, T, ·]: q, k, v (after RoPE), z (each head's output); `attention`'s
     own are the scores and weights.

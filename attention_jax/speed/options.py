@@ -28,26 +28,28 @@ class Speed:
         if self.form not in FORMS:
             raise ConfigError(f"Speed(form={self.form!r}); choose one of {', '.join(FORMS)}")
         if isinstance(self.chunk, bool) or not isinstance(self.chunk, int) or self.chunk < 1:
-            raise ConfigError(f"Speed(chunk={self.chunk!r}) must be a positive whole number of positions")
+            raise ConfigError(f"Speed(chunk={self.chunk!r}) must be a positive whole number of "
+                              "positions")
         if not isinstance(self.dense, bool):
             raise ConfigError(f"Speed(dense={self.dense!r}) must be True or False")
         if self.matmul_dtype not in MATMUL_DTYPES:
-            raise ConfigError(f"Speed(matmul_dtype={self.matmul_dtype!r}); choose None or 'bfloat16'")
+            raise ConfigError(f"Speed(matmul_dtype={self.matmul_dtype!r}); choose None or "
+                              "'bfloat16'")
         if self.matmul_dtype and not self.dense:
-            raise ConfigError("Speed(matmul_dtype='bfloat16') rounds the products of the hand-written dense layer; "
-                              "it needs dense=True")
+            raise ConfigError("Speed(matmul_dtype='bfloat16') rounds the products of the "
+                              "hand-written dense layer; it needs dense=True")
 
     def form_for(self, config, backend=None) -> str:
-        """The form a model of `config` computes attention by on `backend` (`speed.backend_of`: a name,
-        devices, a `Backend`; None: the default devices), refusing one it cannot take."""
+        """The form a model of `config` computes attention by on `backend` (`speed.backend_of`: a
+        name, devices, a `Backend`; None: the default devices), refusing one it cannot take."""
         from attention_jax.speed import forms
         chosen = forms.choose(self.form, dropout=config.dropout, backend=backend)
         if chosen == "chunked" and config.positions == "alibi":
-            raise ConfigError("form='chunked' adds no bias to its scores, so it cannot compute positions='alibi'; "
-                              "use 'reference', 'causal_halves' or 'fused'")
+            raise ConfigError("form='chunked' adds no bias to its scores, so it cannot compute "
+                              "positions='alibi'; use 'reference', 'causal_halves' or 'fused'")
         if chosen in ("chunked", "fused") and config.dropout > 0:
-            raise ConfigError(f"form={chosen!r} has no dropout on its weights; use 'reference' or 'causal_halves' "
-                              "for dropout > 0")
+            raise ConfigError(f"form={chosen!r} has no dropout on its weights; use 'reference' or "
+                              "'causal_halves' for dropout > 0")
         return chosen
 
     def describe(self, config, backend=None, *, decoding: bool = False) -> str:
@@ -71,8 +73,8 @@ class Speed:
             return chosen
         kernel, why = forms.kernel_choice(config.dtype, config.d_head_used, b)
         if kernel == "cudnn":
-            why = forms.cudnn_refusal(config.dtype, config.heads_used, config.context, config.d_head_used,
-                                      config.positions == "alibi")
+            why = forms.cudnn_refusal(config.dtype, config.heads_used, config.context,
+                                      config.d_head_used, config.positions == "alibi")
             why = why and f"cuDNN refused: {why}"
         if why:
             return f"fused (XLA's kernel; {why})"

@@ -1,4 +1,4 @@
-"""Speed as a swap: the model as built is the equation, and `fast` puts faster forms of the same numbers in.
+"""Speed as a swap: the model as built is the equation; `fast` puts in faster forms of its numbers.
 
     with fast(model):                       # attention by this backend's fastest form, the dense
         logits = model(tokens)              # layers with their hand-written backward
@@ -31,10 +31,11 @@ from attention_jax.swap import Swapped, twins
 
 
 class FastAttention(nnx.Module):
-    """A `DotProductAttention` computed by one of `speed.forms`, with the attention as built held as its
-    `reference`: its scale, mask and dropout are the twin's, and it computes what no form takes (a
-    mask passed in, as decoding passes one, or a mask module of one's own). The scores and weights
-    are never held, so the reference's hook points on them are not the model's while the twin is in."""
+    """A `DotProductAttention` computed by one of `speed.forms`, with the attention as built held as
+    its `reference`: its scale, mask and dropout are the twin's, and it computes what no form takes
+    (a mask passed in, as decoding passes one, or a mask module of one's own). The scores and
+    weights are never held, so the reference's hook points on them are not the model's while the
+    twin is in."""
 
     def __init__(self, attention: DotProductAttention, form: str, chunk: int, backend=None):
         self.reference = attention
@@ -51,9 +52,9 @@ class FastAttention(nnx.Module):
         attend = forms.FORMS[self.form]
         options = {"chunk": self.chunk} if self.form == "chunked" else {"backend": self.backend} \
             if self.form == "fused" else {}
-        with jax.named_scope(f"attention_{self.form}"):    # the cross-lowering tests read which form ran
-            return attend(q, k, v, bias=bias, causal=ref.mask.causal, scale=ref.scale, dropout=ref.dropout,
-                          **options)
+        with jax.named_scope(f"attention_{self.form}"):    # the cross-lowering tests read it
+            return attend(q, k, v, bias=bias, causal=ref.mask.causal, scale=ref.scale,
+                          dropout=ref.dropout, **options)
 
 
 class FastDense(Dense):
@@ -66,21 +67,24 @@ class FastDense(Dense):
 
     def __call__(self, x):
         x, kernel, bias = self.operands(x)
-        return dense_kernel.dense(F.floating(x), F.floating(kernel), None if bias is None else F.floating(bias),
+        bias = None if bias is None else F.floating(bias)
+        return dense_kernel.dense(F.floating(x), F.floating(kernel), bias,
                                   operands=self.matmul_dtype, backend=self.backend)
 
 
 def fast(model, speed: Speed | None = None, *, backend=None, **options) -> Swapped:
-    """Swap faster forms into `model`, in place (a `with` block, or `.undo()`, puts the model as built
-    back). `speed` (default `Speed()`) or its fields as keywords say which: `fast(model, form="chunked")`.
-    `backend`: the devices the program is built for (`speed.backend_of`: a name, devices, a mesh;
-    None: this process's default devices), read now, not when the model is traced."""
+    """Swap faster forms into `model`, in place (a `with` block, or `.undo()`, puts the model as
+    built back). `speed` (default `Speed()`) or its fields as keywords say which:
+    `fast(model, form="chunked")`. `backend`: the devices the program is built for
+    (`speed.backend_of`: a name, devices, a mesh; None: this process's default devices), read now,
+    not when the model is traced."""
     speed = dataclasses.replace(speed or Speed(), **options) if options else (speed or Speed())
     return Swapped(model, parts(model, speed, backend))
 
 
 def _attention(attention: DotProductAttention, path: str, *, form: str, speed: Speed, backend):
-    if form == "reference" or type(attention.hook_scores) is not Hook or type(attention.hook_weights) is not Hook:
+    hooked = type(attention.hook_scores) is not Hook or type(attention.hook_weights) is not Hook
+    if form == "reference" or hooked:
         return None           # scores or weights patched or recorded: the equation computes them
     return FastAttention(attention, form, speed.chunk, backend)
 
@@ -94,15 +98,18 @@ TWINS = {DotProductAttention: _attention, Dense: _dense, FastDense: None}
 
 
 def parts(model, speed: Speed, backend=None) -> dict:
-    """path -> twin for every part `speed` swaps in `model` on `backend` (parts already swapped stay as
-    they are)."""
+    """path -> twin for every part `speed` swaps in `model` on `backend` (parts already swapped stay
+    as they are)."""
     backend = backend_of(backend)
     config = getattr(model, "config", None)
-    form = speed.form_for(config, backend) if config is not None else forms.choose(speed.form, backend=backend)
+    form = speed.form_for(config, backend) if config is not None else \
+        forms.choose(speed.form, backend=backend)
     return twins(model, TWINS, form=form, speed=speed, backend=backend)
 
 
 def forms_of(model) -> dict[str, str]:
-    """How each attention of `model` computes now, by path: {"blocks.0.mixer.attention": "reference"}."""
-    return {".".join(map(str, p)): getattr(m, "form", "reference") for p, m in nnx.iter_modules(model)
+    """How each attention of `model` computes now, by path: {"blocks.0.mixer.attention":
+    "reference"}."""
+    return {".".join(map(str, p)): getattr(m, "form", "reference")
+            for p, m in nnx.iter_modules(model)
             if isinstance(m, (DotProductAttention, FastAttention)) and "reference" not in p}
