@@ -22,8 +22,10 @@ from attention_jax.data import CORPUS_NAME
 _PARITY = pytest.StashKey[list]()
 _REPO = pathlib.Path(__file__).resolve().parents[1]
 # Read at import, before any fixture edits the environment; CI sets a path relative to the repo.
-_CORPUS = next((p for p in (_REPO / os.environ.get("ATTENTION_JAX_DATA", "."), _REPO.parent / "shared" / "data")
-                if (p / CORPUS_NAME).is_file()), None)
+# As the library reads it: tinyshakespeare.txt itself, or a folder holding it.
+_NAMED = _REPO / os.environ.get("ATTENTION_JAX_DATA", ".")
+_CORPUS = next((p for p in (_NAMED.parent if _NAMED.is_file() else _NAMED,
+                            _REPO.parent / "shared" / "data") if (p / CORPUS_NAME).is_file()), None)
 
 
 # What the suite's time goes to on a CPU is XLA compiling (about half of it from a cold cache),
@@ -205,7 +207,8 @@ def pytest_xdist_make_scheduler(config, log):
 def corpus_folder() -> pathlib.Path:
     """The folder holding tiny-shakespeare (CI: ../shared/data); tests that need it skip without it."""
     if _CORPUS is None:
-        pytest.skip("tiny-shakespeare not found: set ATTENTION_JAX_DATA to a folder holding tinyshakespeare.txt")
+        pytest.skip("tiny-shakespeare not found: set ATTENTION_JAX_DATA to tinyshakespeare.txt "
+                    "or a folder holding it")
     return _CORPUS.absolute()
 
 

@@ -34,7 +34,7 @@ def isolated(tmp_path, monkeypatch):
 def assert_three_ways(err: DataError, cache_path: pathlib.Path) -> None:
     message = str(err)
     assert "\n" not in message  # one line: the CLI prints it alone
-    assert "pass its path to resolve_corpus" in message and "ATTENTION_JAX_DATA=FOLDER" in message
+    assert "pass its path to resolve_corpus" in message and "ATTENTION_JAX_DATA=PATH" in message
     assert str(cache_path) in message
 
 
@@ -52,6 +52,22 @@ def test_precedence_explicit_then_env_then_cache(tmp_path, monkeypatch):
         data.resolve_corpus(tmp_path / "typo.txt")
     monkeypatch.setenv("ATTENTION_JAX_DATA", str(tmp_path / "empty"))
     with pytest.raises(DataError, match="holds no"):
+        data.resolve_corpus()
+
+
+def test_the_variable_takes_the_file_itself_as_the_path_does(tmp_path, monkeypatch):
+    """ATTENTION_JAX_DATA set to tinyshakespeare.txt itself was refused ("holds no
+    tinyshakespeare.txt") while resolve_corpus(FILE) and --data FILE took it: one meaning for a
+    data path, file or folder."""
+    env = put(tmp_path / "env")
+    monkeypatch.setenv("ATTENTION_JAX_DATA", str(env))
+    assert data.resolve_corpus() == env
+    renamed = env.rename(tmp_path / "env" / "shakespeare.txt")    # the file may have any name
+    monkeypatch.setenv("ATTENTION_JAX_DATA", str(renamed))
+    assert data.resolve_corpus() == renamed
+    monkeypatch.setenv("ATTENTION_JAX_DATA", str(tmp_path / "env" / "gone.txt"))
+    with pytest.raises(DataError, match="holds no tinyshakespeare.txt .neither the file nor a "
+                                        "folder holding it.; fix it"):
         data.resolve_corpus()
 
 

@@ -6,12 +6,12 @@
     x, y = get_batch(train, seed=0, step=k, batch_size=64, context=128)
     xv, yv = eval_windows(val, 128)              # the whole held-out split, non-overlapping
 
-The corpus comes from the path given, else $ATTENTION_JAX_DATA (a folder), else the user
-cache (`cache_dir()`: $ATTENTION_JAX_CACHE, else $XDG_CACHE_HOME/attention_jax, else
-~/.cache/attention_jax), else a download; every copy is checked against CORPUS_SHA256. The
-cache also keeps each corpus's BPE and ids (`bpe-<corpus hash>-v<vocab>/`); deleting it is
-always safe. `corpus` touches the file system and network, `tokenizer` the BPE and its
-cache, `batches` only arrays.
+The corpus comes from the path given, else $ATTENTION_JAX_DATA (as the path: the file or a
+folder holding it), else the user cache (`cache_dir()`: $ATTENTION_JAX_CACHE, else
+$XDG_CACHE_HOME/attention_jax, else ~/.cache/attention_jax), else a download; every copy is
+checked against CORPUS_SHA256. The cache also keeps each corpus's BPE and ids
+(`bpe-<corpus hash>-v<vocab>/`); deleting it is always safe. `corpus` touches the file system
+and network, `tokenizer` the BPE and its cache, `batches` only arrays.
 """
 
 from attention_jax.data.batches import eval_windows, get_batch, train_val_split

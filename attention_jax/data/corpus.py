@@ -92,7 +92,7 @@ GIVE_PATH = "pass its path to resolve_corpus"
 def _ways() -> str:
     """The three ways to supply the corpus, naming the exact cache path to drop it at."""
     return (
-        f"{GIVE_PATH}, set {DATA_ENV}=FOLDER (a folder holding {CORPUS_NAME}), "
+        f"{GIVE_PATH}, set {DATA_ENV}=PATH ({CORPUS_NAME} or a folder holding it), "
         f"or place it at {cache_location() / CORPUS_NAME}"
     )
 
@@ -206,24 +206,31 @@ def _download(target: pathlib.Path) -> pathlib.Path:
     return target
 
 
+def _named(path: str | os.PathLike) -> pathlib.Path:
+    """A path the user named for the corpus, the file itself or a folder holding it: the file."""
+    given = pathlib.Path(path).expanduser()
+    return given / CORPUS_NAME if given.is_dir() else given
+
+
 def resolve_corpus(path: str | os.PathLike | None = None, *, download: bool = True) -> pathlib.Path:
     """Locate a verified corpus: explicit path, then $ATTENTION_JAX_DATA, then cache, then web.
 
+    The path and the variable mean the same: the corpus file itself, or a folder holding it.
     A location the user named (argument or environment) that holds no corpus is an error
     rather than a fall-through, so a typo never quietly trains on some other copy.
     """
     if path is not None:
-        given = pathlib.Path(path).expanduser()
-        candidate = given / CORPUS_NAME if given.is_dir() else given
+        candidate = _named(path)
         if not candidate.is_file():
             raise DataError(f"corpus not found at {candidate} (the path given): no such file; give "
                             f"the path of {CORPUS_NAME}, or of a folder holding it")
         return _verified(candidate)
-    folder = os.environ.get(DATA_ENV)
-    if folder:
-        candidate = pathlib.Path(folder).expanduser() / CORPUS_NAME
+    named = os.environ.get(DATA_ENV)
+    if named:
+        candidate = _named(named)
         if not candidate.is_file():
-            raise DataError(f"{DATA_ENV}={folder} holds no {CORPUS_NAME}; fix it, or {_ways()}")
+            raise DataError(f"{DATA_ENV}={named} holds no {CORPUS_NAME} (neither the file nor a folder "
+                            f"holding it); fix it, or {_ways()}")
         return _verified(candidate)
     cached = cache_dir() / CORPUS_NAME
     if cached.is_file():
