@@ -184,9 +184,10 @@ def mlir_prelude() -> str:
 
 # -- the oracles: torch, transformers, TransformerLens (the lab's, experiments/transformer_lens_ref.py) --
 
-ORACLE_MISSING = ("{} is not installed: the test oracles (torch, transformers, transformer-lens) come with the "
-                  "test extra, which CI's Python 3.12 leg leaves out (torch's CPU wheel is on its disk for Python "
-                  "3.11 only)")
+ORACLE_MISSING = ("{} is not installed: the test oracles (torch, transformers, TransformerLens, "
+                  "tracr) come with the test extra: pip install -e '.[test]' --extra-index-url "
+                  "https://download.pytorch.org/whl/cpu (docs/install.md; CI's Python 3.12 leg "
+                  "runs without them on purpose)")
 
 
 def oracle(name: str):
