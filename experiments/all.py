@@ -1,7 +1,7 @@
 """Every table of the chapter, one after another, then one report: results/REPORT.md.
 
-    python -m experiments.all [--preset smoke|cpu|paper] [--only a,b | --skip a,b] [--seeds N] [--out DIR]
-                              [--data PATH | --corpus PATH]
+    python -m experiments.all [--preset smoke|cpu|paper] [--only a,b | --skip a,b] [--out DIR]
+                              [--seeds N | --seed S] [--data PATH | --corpus PATH]
 
 Each experiment runs as its own command would (same presets, row cache, results folder),
 so a rerun skips every finished row and an interrupted one resumes. One that stops (a user
@@ -43,14 +43,9 @@ def run_one(name: str, args) -> str | None:
     """Run one experiment; None on success, else the one-line reason it stopped. A crash (a bug, not a
     user error) prints its traceback and is reported the same way: the other tables still run."""
     experiment = _module(name).EXPERIMENT
-    argv = ["--out", args.out] + (["--preset", args.preset] if args.preset else [])
-    if name in TRAINING:
-        argv += ["--seeds", str(args.seeds)] + (["--no-progress"] if args.no_progress else [])
-        if name in CORPUS_TABLES:
-            argv += (["--corpus", args.corpus] if args.corpus else []) + (["--data", args.data] if args.data else [])
     print(f"\n===== {name} =====", flush=True)
     try:
-        experiment.execute(experiment.parser().parse_args(argv))
+        experiment.execute(experiment.parser().parse_args(flags_for(name, args)))
     except UserError as e:
         cli.report_error(e)
         return " ".join(str(e).split())
@@ -60,19 +55,36 @@ def run_one(name: str, args) -> str | None:
     return None
 
 
+def flags_for(name: str, args) -> list[str]:
+    """The command line one table runs with: --out and --preset, and what of the rest applies."""
+    argv = ["--out", args.out] + (["--preset", args.preset] if args.preset else [])
+    if name in TRAINING:
+        one = args.seed is not None
+        seeds = ["--seed", str(args.seed)] if one else ["--seeds", str(args.seeds or 1)]
+        argv += seeds + (["--no-progress"] if args.no_progress else [])
+        if name in CORPUS_TABLES:
+            argv += ["--corpus", args.corpus] if args.corpus else []
+            argv += ["--data", args.data] if args.data else []
+    return argv
+
+
 def parse(argv: list[str] | None):
     """The flags, and the tables they choose in the chapter's order; a user error raised as one."""
     p = cli.parser("all", __doc__.strip().splitlines()[0], {"smoke": 0, "cpu": 0, "paper": 0})
     p.add_argument("--only", default=None, help=f"comma-separated subset of: {', '.join(EXPERIMENTS)} (the report: "
                    "REPORT-<tables>.md; REPORT.md is the report of every table)")
     p.add_argument("--skip", default=None, help="comma-separated experiments to leave out")
-    p.add_argument("--seeds", type=cli.positive_int, default=1, help="seeds for the training tables")
+    p.add_argument("--seeds", type=cli.positive_int, default=None,
+                   help="seeds 0 .. N-1 for the training tables (default 1)")
+    p.add_argument("--seed", type=cli.seed_number, default=None, metavar="S",
+                   help="the one seed S instead")
     p.add_argument("--corpus", default=None, help="your own text for the corpus tables (ladder, positions, ...)")
     p.add_argument("--data", default=None, help="tinyshakespeare.txt or a folder holding it, for the corpus tables")
     p.add_argument("--no-progress", action="store_true", help="no progress bars")
     args = p.parse_args(argv)
     if args.preset is not None and args.preset not in ("smoke", "cpu", "paper"):
         raise cli.ConfigError(f"unknown preset {args.preset!r}; choose one of: smoke, cpu, paper")
+    cli.seeds(args)           # --seed and --seeds both given: refused before anything runs
     names = cli.choose_names(args.only, available(), "experiment")
     skip = set(cli.choose_names(args.skip, available(), "experiment")) if args.skip else set()
     names = [n for n in names if n not in skip]
@@ -87,6 +99,9 @@ def main(argv: list[str] | None = None) -> int:
         run = gather.Run(cli.results_folder(args.out, "all").parent, names, available())
     except UserError as e:
         return cli.report_error(e)
+    said = announce(names, args.preset)
+    if said:      # the tables' committed runs added up: a run of more than a few minutes says so
+        print(said, flush=True)
     if any(_module(n).EXPERIMENT.shares_accelerator for n in names):
         # One process runs them all, and JAX reserves memory when it first looks for devices (the
         # first experiment): those whose children take turns on the accelerator need it unreserved.
@@ -108,6 +123,30 @@ def main(argv: list[str] | None = None) -> int:
             os._exit(code)
         return code
     return finish(run)
+
+
+def announce(names: list[str], preset: str | None) -> str | None:
+    """How long the committed runs of these tables took in all, and how to stop and resume, when
+    that was more than a few minutes (`committed.LONG_S`); None otherwise."""
+    from experiments.harness import committed
+    if preset is None:      # as every table chooses it: cpu where no GPU/TPU is found
+        from experiments.harness.platform import accelerator
+        preset = "paper" if accelerator() else "cpu"
+    found = [f for f in (committed.expected(n, preset) for n in names) if f]
+    if sum(f[0] for f in found) < committed.LONG_S:
+        return None
+    tables = f"{len(names)} tables"
+    tables += f" ({len(found)} with a committed run)" if len(found) < len(names) else ""
+    cores = {f[2] for f in found} - {None}
+    on = f" on {cores.pop()} cores" if len(cores) == 1 else ""
+    smoke = committed.smoke_times().seconds if preset == "smoke" else {}
+    cached = sum(smoke.get(n, 0) for n in names)
+    again = f" ({committed.minutes(cached)} with their programs cached)" if cached else ""
+    runs = "first runs" if preset == "smoke" else "runs"
+    took = committed.minutes(sum(f[0] for f in found))
+    return (f"{tables}, {preset} preset: their committed {runs} took {took} in all{on}{again}; "
+            "Ctrl-C stops the run keeping every finished table and row, and the same command "
+            "resumes")
 
 
 def finish(run: gather.Run) -> int:

@@ -13,6 +13,7 @@ import functools
 
 from experiments.harness import report
 from experiments.harness.experiment import Experiment, Result
+from experiments.harness.rows import corpus_tokenizer
 from experiments.configs import LADDER, LADDER_BASE, LADDER_BUDGETS
 from experiments.plots import curves
 
@@ -140,7 +141,8 @@ def run(ctx) -> Result:
                         tables={"ladder": report.format_table(columns, records)}, config={"base": LADDER_BASE.to_dict()})
 
 
-EXPERIMENT = Experiment("ladder", __doc__, PRESETS, run, rows=[r.name for r in ROWS])
+EXPERIMENT = Experiment("ladder", __doc__, PRESETS, run, rows=[r.name for r in ROWS],
+                        tokenizer=corpus_tokenizer)
 main = EXPERIMENT.main
 
 if __name__ == "__main__":

@@ -2,6 +2,8 @@
 
     python -m experiments.pages --take results    # copy a cpu-preset run's results.json and PNGs into docs/results/
     python -m experiments.pages --take-smoke DIR  # the smoke preset's times, from experiments.all --preset smoke's DIR
+                                                  # (programs cached; --take-smoke-first DIR: a
+                                                  # first run's, from empty caches)
     python -m experiments.pages                   # write every page, the index, README's experiments table,
                                                   # the current figures in docs/performance.md and the CI legs
                                                   # (README, docs/install.md)
@@ -90,19 +92,21 @@ def ci_records(damaged: list[str]) -> list[dict]:
     return records
 
 
-def smoke_times(damaged: list[str]) -> dict[str, float]:
+def smoke_times(damaged: list[str]) -> committed.Smoke:
     try:
         return committed.smoke_times(SMOKE)
     except DataError as e:
         damaged.append(str(e))
-        return {}
+        return committed.Smoke()
 
 
-def take_smoke(run: pathlib.Path, damaged: list[str]) -> dict[str, float]:
-    """The wall seconds of a smoke-preset run of every experiment (`experiments.all --preset smoke`, its
-    --out folder, from an empty row cache) into SMOKE, for README's table and the commands' --help; a
-    results file there that cannot be read is left out, a line in `damaged` saying so."""
-    seconds = {}
+def take_smoke(run: pathlib.Path, damaged: list[str], *, first: bool = False) -> dict[str, float]:
+    """The wall seconds of a smoke-preset run of every experiment (`experiments.all --preset smoke`,
+    its --out folder, from an empty row cache) into SMOKE, for README's table and the commands'
+    --help: as `first_run` (`first`: from empty caches, JAX's compiled programs and the tokenizer's
+    too) or as `seconds` (the compiled programs cached), the other kept as it was; a results file
+    there that cannot be read is left out, a line in `damaged` saying so."""
+    seconds, cores, flag = {}, set(), "--take-smoke-first" if first else "--take-smoke"
     for name in EXPERIMENTS:
         path, again = run / name / "results.json", f"run {name}'s smoke preset into {run} again"
         if not path.is_file():
@@ -118,10 +122,16 @@ def take_smoke(run: pathlib.Path, damaged: list[str]) -> dict[str, float]:
             seconds[name] = round(sum(cost(found)), 1)
         except ValueError as e:
             damaged.append(str(committed.damaged(path, str(e), again)))
+        cores.add(((found.get("backend") or {}).get("host") or {}).get("cores"))
     if not seconds:
-        raise ConfigError(f"--take-smoke {run}: no smoke-preset results there; give experiments.all's --out folder")
-    report.atomic_write(SMOKE, json.dumps({"command": "python -m experiments.all --preset smoke", "seconds": seconds},
-                                          indent=1) + "\n")
+        raise ConfigError(f"{flag} {run}: no smoke-preset results there; give experiments.all's "
+                          "--out folder")
+    kept = smoke_times([]) if SMOKE.is_file() else committed.Smoke()
+    whole = {"command": "python -m experiments.all --preset smoke",
+             "cores": next(iter(cores)) if len(cores) == 1 else kept.cores,
+             "seconds": kept.seconds, "first_run": kept.first_run}
+    whole["first_run" if first else "seconds"] = seconds
+    report.atomic_write(SMOKE, json.dumps(whole, indent=1) + "\n")
     return seconds
 
 
@@ -197,15 +207,19 @@ def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(prog="python -m experiments.pages", description=__doc__.strip().splitlines()[0],
                                 allow_abbrev=False)
     p.add_argument("--take", metavar="FOLDER", help="first copy a cpu-preset run's results and figures from FOLDER")
-    p.add_argument("--take-smoke", metavar="FOLDER", help="first record the smoke preset's times from "
-                   "experiments.all --preset smoke's FOLDER")
+    p.add_argument("--take-smoke", metavar="FOLDER", help="first record the smoke preset's times "
+                   "from experiments.all --preset smoke's FOLDER, a run with the programs cached")
+    p.add_argument("--take-smoke-first", metavar="FOLDER", help="the same, from a first run's "
+                   "FOLDER: empty caches (ATTENTION_JAX_CACHE an empty folder, a fresh --out)")
     p.add_argument("--check", action="store_true", help="write nothing; exit 1 if a page differs")
     args = p.parse_args(argv)
     damaged = []
     try:
-        if args.take_smoke:
-            found = take_smoke(pathlib.Path(args.take_smoke), damaged)
-            print(f"smoke times of {len(found)} experiments from {args.take_smoke}")
+        for folder, first in ((args.take_smoke_first, True), (args.take_smoke, False)):
+            if folder:
+                found = take_smoke(pathlib.Path(folder), damaged, first=first)
+                said = " (a first run)" if first else ""
+                print(f"smoke times of {len(found)} experiments from {folder}{said}")
         if args.take:
             print(f"took {', '.join(take(pathlib.Path(args.take))) or 'nothing'} from {args.take}")
     except (ConfigError, OSError) as e:   # one line, exit 2, as every command here

@@ -13,6 +13,7 @@ import numpy as np
 
 from experiments.harness import report
 from experiments.harness.experiment import Experiment, Result
+from experiments.harness.rows import corpus_tokenizer
 from experiments.configs import LADDER_BUDGETS, ONE_BLOCK
 
 TRAIN_LENGTH, LENGTHS = 64, (64, 128, 256)
@@ -109,7 +110,8 @@ def run(ctx) -> Result:
                         config={"base": BASE.to_dict(), "train_length": TRAIN_LENGTH, "lengths": list(LENGTHS)})
 
 
-EXPERIMENT = Experiment("positions", __doc__, PRESETS, run, rows=list(KINDS))
+EXPERIMENT = Experiment("positions", __doc__, PRESETS, run, rows=list(KINDS),
+                        tokenizer=corpus_tokenizer)
 main = EXPERIMENT.main
 
 if __name__ == "__main__":

@@ -138,6 +138,24 @@ def isolate_data(tmp_path: pathlib.Path, monkeypatch) -> None:
     monkeypatch.setattr(corpus_mod.urllib.request, "urlopen", refuse(urllib.error.URLError("unreachable")))
 
 
+def smoke_ladder(out: pathlib.Path, cache: pathlib.Path, data: pathlib.Path, *flags) -> list[dict]:
+    """`python -m experiments.ladder --preset smoke FLAGS --out OUT` on the test corpus and BPE cache
+    (the environment put back after): its results.json's rows; a run that fails fails the test."""
+    import contextlib
+    import io
+    import json
+    import pytest
+    from experiments import ladder
+    err = io.StringIO()
+    with pytest.MonkeyPatch.context() as mp, contextlib.redirect_stdout(io.StringIO()), \
+            contextlib.redirect_stderr(err):
+        mp.setenv("ATTENTION_JAX_CACHE", str(cache))
+        mp.setenv("ATTENTION_JAX_DATA", str(data))
+        code = ladder.main(["--preset", "smoke", "--no-progress", *flags, "--out", str(out)])
+    assert code == 0, err.getvalue()
+    return json.loads((out / "ladder" / "results.json").read_text())["rows"]
+
+
 def copy_rows(src: pathlib.Path, dst: pathlib.Path) -> None:
     """A table's trained rows (records and checkpoints) from the results folder `src` into `dst`,
     as a user's second run finds them: its rows are served from the row cache."""

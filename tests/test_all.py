@@ -59,6 +59,17 @@ def test_unknown_experiments_are_one_line_and_exit_2(tmp_path, capsys):
     assert err.startswith("error: unknown experiment 'bogus'") and len(err.splitlines()) == 1
 
 
+def test_seed_reaches_the_training_tables_alone(tmp_path):
+    """--seed S (one seed, S) beside --seeds N (0 .. N-1): each training table gets the one given,
+    the others neither; both given is one line before anything runs."""
+    args, _ = everything.parse(["--seed", "3", "--out", str(tmp_path)])
+    assert everything.flags_for("ladder", args)[-2:] == ["--seed", "3"]
+    assert "--seed" not in everything.flags_for("averaging", args)
+    args, _ = everything.parse(["--seeds", "2", "--out", str(tmp_path)])
+    assert everything.flags_for("winograd", args)[-2:] == ["--seeds", "2"]
+    assert everything.main(["--seed", "3", "--seeds", "2", "--out", str(tmp_path)]) == 2
+
+
 def test_data_reaches_the_corpus_tables(tmp_path, capsys):
     missing = tmp_path / "elsewhere" / "tinyshakespeare.txt"
     with contextlib.redirect_stdout(io.StringIO()):

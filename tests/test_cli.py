@@ -60,12 +60,27 @@ def test_argparse_errors_are_config_errors_naming_the_fix():
 
 
 def test_a_flag_is_never_taken_for_the_start_of_another():
-    """`--seed 3` trained three seeds (argparse took it for --seeds): refused, naming it."""
+    """`--seed 3` trained three seeds (argparse took it for --seeds); a flag's start is refused,
+    naming it."""
     p = cli.parser("ladder", "x", {"smoke": None})
     cli.add_training_args(p, ["a", "b"])
-    with pytest.raises(ConfigError, match="unrecognized arguments: --seed 3"):
-        p.parse_args(["--seed", "3"])
+    with pytest.raises(ConfigError, match="unrecognized arguments: --eval 3"):
+        p.parse_args(["--eval", "3"])
     assert p.parse_args(["--seeds", "3"]).seeds == 3
+
+
+def test_seed_trains_the_one_seed_it_names_beside_seeds_counting_from_0():
+    """--seeds N counts seeds from 0, so seed 3 alone could not be trained: --seed S trains it;
+    both given is one line naming them; a seed below 0 is argparse's one line."""
+    p = cli.parser("ladder", "x", {"smoke": None})
+    cli.add_training_args(p, ["a", "b"])
+    assert cli.seeds(p.parse_args(["--seed", "3"])) == [3]
+    assert cli.seeds(p.parse_args(["--seeds", "3"])) == [0, 1, 2]
+    assert cli.seeds(p.parse_args([])) == [0]
+    with pytest.raises(ConfigError, match="--seed 3 and --seeds 2 both given.*drop one"):
+        cli.seeds(p.parse_args(["--seed", "3", "--seeds", "2"]))
+    with pytest.raises(ConfigError, match="argument --seed: -1 must be a whole number from 0"):
+        p.parse_args(["--seed", "-1"])
 
 
 @pytest.mark.parametrize("name", ["", " "])

@@ -20,7 +20,7 @@ pytestmark = pytest.mark.slow      # every test here trains a smoke row and runs
 
 ROWS = "no_context"
 SMOKE = ladder.PRESETS["smoke"]
-LAST, HALF = str(SMOKE.steps), str(SMOKE.checkpoint_every)       # the smoke row's two checkpoint steps
+LAST = str(SMOKE.steps)       # the smoke row's one checkpoint step kept (rows.keeps)
 
 
 def command(out: pathlib.Path, rows: str = ROWS) -> tuple[int, str]:
@@ -79,7 +79,7 @@ def artifact(root: pathlib.Path, what: str) -> tuple[pathlib.Path, pathlib.Path]
     other_run = next((ladder_dir / "runs").glob("average-*"))
     bpe = next(p for p in cache.glob("bpe-*-v1024") if (p / "tokens.npy").exists())
     return {"row record": (record, other_record),
-            "final checkpoint": (run / "checkpoints" / LAST, run / "checkpoints" / HALF),
+            "final checkpoint": (run / "checkpoints" / LAST, other_run / "checkpoints" / LAST),
             "checkpoint checksums": (run / "checksums.json", other_run / "checksums.json"),
             "run fingerprint": (run / "run.json", other_run / "run.json"),
             "metrics file": (run / "metrics.jsonl", other_run / "metrics.jsonl"),
@@ -119,7 +119,7 @@ def test_a_damaged_artifact_is_recovered_or_refused_in_one_line(pristine, tmp_pa
 def test_every_checkpoint_damaged_and_no_record_retrains_quietly_keeping_the_damaged_aside(
         pristine, tmp_path, monkeypatch, corpus_folder):
     """Nothing intact to resume: the run starts afresh and saves its steps again (orbax refuses to
-    overwrite a step, so the damaged ones move to damaged/), with one note per damaged step and none
+    overwrite a step, so the damaged one moves to damaged/), with one note per damaged step and none
     of the traceback echoes orbax's abandoned reads print."""
     source, expected = pristine
     root = tmp_path / "copy"
@@ -127,15 +127,14 @@ def test_every_checkpoint_damaged_and_no_record_retrains_quietly_keeping_the_dam
     record, _ = artifact(root, "row record")
     record.unlink()
     run = next((root / "out" / "ladder" / "runs").glob("no_context-*"))
-    for step in (HALF, LAST):
-        damage(run / "checkpoints" / step, "flip", None)
+    damage(run / "checkpoints" / LAST, "flip", None)
     monkeypatch.setenv("ATTENTION_JAX_CACHE", str(root / "cache"))
     monkeypatch.setenv("ATTENTION_JAX_DATA", str(corpus_folder))
     code, err = command(root / "out")
     assert code == 0, err
     assert "Traceback" not in err and "Exception ignored" not in err, err
-    assert err.count("is damaged") == 2 and "starting afresh" in err
+    assert err.count("is damaged") == 1 and "starting afresh" in err
     results = json.loads((root / "out" / "ladder" / "results.json").read_text())
     assert {r["name"]: (r["train_ppl"], r["val_ppl"]) for r in results["rows"]}["no_context"] == expected["no_context"]
-    assert sorted(p.name for p in (run / "checkpoints").iterdir() if p.name.isdigit()) == sorted([LAST, HALF])
-    assert sorted(p.name for p in (run / "damaged").iterdir()) == sorted([LAST, HALF])
+    assert sorted(p.name for p in (run / "checkpoints").iterdir() if p.name.isdigit()) == [LAST]
+    assert sorted(p.name for p in (run / "damaged").iterdir()) == [LAST]

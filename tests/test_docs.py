@@ -90,7 +90,8 @@ def test_a_table_rerun_over_its_row_cache_counts_the_cached_rows_training():
          "rows": [{"seconds": 400.0, "cached": True}, {"seconds": 60.0, "cached": False},
                   {"runs": {"a": {"seconds": 200.0, "cached": True}, "b": {"seconds": 9.0, "cached": False}}}]}
     assert pages.cost(r) == (30.0, 600.0)       # nested records (a row holding a pair of runs) count too
-    assert " 10 min |" in results_page.experiments_table({"ladder": r}, {}, link="{name}.md")
+    table = results_page.experiments_table({"ladder": r}, pages.committed.Smoke(), link="{name}.md")
+    assert " 10 min |" in table
     text = pages.page("ladder", r)
     assert "30 s wall and 10 min of training in rows taken from its row cache" in text
     assert "load average was 3.5 on 2 cores" in text
@@ -236,3 +237,28 @@ def test_take_smoke_says_which_results_it_left_out(tmp_path, monkeypatch, capsys
     err = capsys.readouterr().err
     assert f"error: {run / 'scaling' / 'results.json'} is damaged (" in err and "Traceback" not in err
     assert json.loads((tmp_path / "smoke_times.json").read_text())["seconds"] == {"averaging": 3.0}
+
+
+def test_the_smoke_columns_hold_a_first_run_and_a_cached_one(tmp_path, monkeypatch):
+    """README's smoke column assumed the compiled programs cached, though a first run takes several
+    times as long: --take-smoke-first keeps a first run's times beside --take-smoke's (each leaves
+    the other), and the table shows both, with a last row of every table added up."""
+    from experiments import pages
+    from experiments.harness import committed, results_page
+    for folder, wall in (("first", 30.0), ("cached", 9.0)):
+        (tmp_path / folder / "averaging").mkdir(parents=True)
+        run = {"preset": "smoke", "claims": [], "time": {"wall_s": wall},
+               "backend": {"host": {"cores": 2}}}
+        (tmp_path / folder / "averaging" / "results.json").write_text(json.dumps(run))
+    monkeypatch.setattr(pages, "SMOKE", tmp_path / "smoke_times.json")
+    assert pages.take_smoke(tmp_path / "cached", []) == {"averaging": 9.0}
+    assert pages.take_smoke(tmp_path / "first", [], first=True) == {"averaging": 30.0}
+    smoke = committed.smoke_times(tmp_path / "smoke_times.json")
+    assert (smoke.seconds, smoke.first_run, smoke.cores) == ({"averaging": 9.0},
+                                                              {"averaging": 30.0}, 2)
+    r = {"preset": "cpu", "claims": [{"claim": "x", "passed": True}], "time": {"wall_s": 4.0}}
+    table = results_page.experiments_table({"averaging": r}, smoke, link="{name}.md")
+    cells = [[c.strip() for c in line.strip("|").split("|")] for line in table.splitlines()]
+    assert cells[0][2:5] == ["smoke, first run", "smoke, cached", "cpu preset, 2 cores"]
+    assert cells[2][2:] == ["30 s", "9 s", "4 s", "1 of 1"]
+    assert cells[3][0] == "`experiments.all`"

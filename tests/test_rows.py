@@ -81,6 +81,20 @@ def test_load_model_reproduces_the_rows_val_perplexity_exactly(trained):
 
 
 @pytest.mark.slow
+def test_a_finished_smoke_row_keeps_its_last_checkpoint_alone(trained):
+    """A smoke run of every table left about 300 MB of plumbing checkpoints, two steps a row; its
+    last alone reopens the row (a finished row resumes nothing). Other presets keep one to fall
+    back to."""
+    out, record = trained
+    kept = (out / "ladder" / "runs" / record["key"] / "checkpoints").iterdir()
+    assert sorted(p.name for p in kept) == [str(record["steps"])]
+    assert ladder.PRESETS["smoke"].checkpoint_every < record["steps"]     # it saved one before
+    assert (rows.keeps("smoke"), rows.keeps("cpu"), rows.keeps("paper")) == (1, 2, 2)
+    model = rows.load_model(record, out / "ladder")       # the row's first seed when none is named
+    assert model.config.n_heads == by_name(LADDER, ROW).config.n_heads
+
+
+@pytest.mark.slow
 def test_a_measure_added_later_is_computed_from_the_checkpoint(trained):
     out, record = trained
     folder = out / "ladder"

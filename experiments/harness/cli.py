@@ -48,16 +48,18 @@ def parser(name: str, description: str, presets: Mapping[str, object] | None = N
 
 
 def durations(name: str) -> str:
-    """How long the committed runs of `name` took, for --help ("; committed runs: smoke 27 s, cpu 86 min on
-    2 cores"), or "" where a checkout's docs/results are not there (an installed package). A damaged
-    record there is one line on stderr (the file, the fix), and the command goes on without it."""
+    """How long the committed runs of `name` took, for --help ("; committed runs: smoke 21 s (a
+    first run, compiling: 2 min), cpu 86 min on 2 cores"), or "" where a checkout's docs/results
+    are not there (an installed package). A damaged record there is one line on stderr (the
+    file, the fix), and the command goes on without it."""
     try:
-        smoke, cpu = committed.took(name)
+        first, smoke, cpu = committed.took(name)
     except DataError as e:
         note(f"{e}; --help leaves out how long the committed runs took")
         return ""
     except OSError:
         return ""
+    smoke = f"{smoke}{f' (a first run, compiling: {first})' if first else ''}" if smoke else first
     said = ([f"smoke {smoke}"] if smoke else []) + ([f"cpu {cpu} on 2 cores"] if cpu else [])
     return f"; committed runs: {', '.join(said)}" if said else ""
 
@@ -79,6 +81,27 @@ positive_int = _positive(int, "whole number")
 positive_float = _positive(float, "number")
 
 
+def seed_number(text: str) -> int:
+    """An argparse type: a seed, a whole number from 0."""
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a whole number") from None
+    if value < 0:
+        raise argparse.ArgumentTypeError(f"{text} must be a whole number from 0")
+    return value
+
+
+def seeds(args) -> list[int]:
+    """The seeds a run trains: --seed S (that one), or --seeds N (0 .. N-1; 1 by default), never
+    both."""
+    seed, count = getattr(args, "seed", None), getattr(args, "seeds", None)
+    if seed is not None and count is not None:
+        raise ConfigError(f"--seed {seed} and --seeds {count} both given: --seed S trains the one "
+                          "seed S, --seeds N the seeds 0 .. N-1; drop one")
+    return [int(seed)] if seed is not None else list(range(count or 1))
+
+
 def add_training_args(p: argparse.ArgumentParser, rows: Sequence[str]) -> argparse.ArgumentParser:
     """The flags every training table shares."""
     p.add_argument("--rows", default=None, help=f"comma-separated subset of: {', '.join(rows)}")
@@ -89,16 +112,23 @@ def add_training_args(p: argparse.ArgumentParser, rows: Sequence[str]) -> argpar
                    help="override the preset's schedule after warmup (cosine decays to 0.1 x lr)")
     p.add_argument("--eval-every", type=positive_int, default=None, metavar="N",
                    help="also measure the table's figures every N steps (curves.png, results.json)")
-    p.add_argument("--seeds", type=positive_int, default=1, help="train N seeds at once (vmap): mean ± std, "
-                   "and every claim checked per seed")
+    p.add_argument("--seeds", type=positive_int, default=None,
+                   help="train N seeds at once, 0 .. N-1 (vmap): mean ± std, and every claim checked "
+                        "per seed (default 1)")
+    p.add_argument("--seed", type=seed_number, default=None, metavar="S",
+                   help="train the one seed S instead (with --reopen: which seed's model)")
     p.add_argument("--attention", choices=("auto", "reference", "causal_halves", "chunked", "fused"), default=None,
                    help="how attention is computed (default: the config's, auto: fastest on this backend)")
-    p.add_argument("--dtype", choices=("float32", "bfloat16"), default=None,
-                   help="compute dtype (bfloat16: mixed precision; parameters and optimizer stay float32)")
+    p.add_argument("--dtype", choices=("float32", "bfloat16", "float16"), default=None,
+                   help="compute dtype (bfloat16, float16: mixed precision; parameters and optimizer stay "
+                        "float32; float16, for a T4, scales its loss); the first line says this device's")
     p.add_argument("--data", default=None, help="tinyshakespeare.txt or a folder holding it")
     p.add_argument("--corpus", default=None, metavar="PATH",
                    help="train on your own UTF-8 text file instead (its own BPE; no book figures)")
     p.add_argument("--fresh", action="store_true", help="ignore finished rows and checkpoints; retrain")
+    p.add_argument("--reopen", default=None, metavar="ROW",
+                   help="train nothing: reopen the finished ROW (of --preset, in --out) and say "
+                        "what and where it is")
     multi = p.add_argument_group("more than one process (one per host or GPU; see docs/distributed.md)")
     multi.add_argument("--coordinator", default=None, metavar="HOST:PORT",
                        help="process 0's address (or $JAX_COORDINATOR_ADDRESS)")
@@ -112,19 +142,21 @@ def add_training_args(p: argparse.ArgumentParser, rows: Sequence[str]) -> argpar
     return p
 
 
-def choose_preset(requested: str | None, presets: Mapping[str, object]) -> tuple[str, object]:
-    """Resolve --preset, announcing the choice on the first line of output."""
+def choose_preset(requested: str | None, presets: Mapping[str, object], *,
+                  say: bool = True) -> tuple[str, object]:
+    """Resolve --preset, announcing the choice on the first line of output (unless not `say`)."""
     if requested is None:
         from experiments.harness.platform import accelerator   # imports JAX: only when it must look
         acc = accelerator()
         requested = "paper" if acc and "paper" in presets else ("cpu" if "cpu" in presets else next(iter(presets)))
         why = f"{acc} found" if acc else "no GPU/TPU found; --preset paper runs the book's budget"
-        print(f"preset: {requested} ({why})", flush=True)
+        if say:
+            print(f"preset: {requested} ({why})", flush=True)
     elif requested not in presets:
         raise ConfigError(f"unknown preset {requested!r}; choose one of: {', '.join(presets)}")
-    else:
+    elif say:
         print(f"preset: {requested}", flush=True)
-    if requested == "smoke":
+    if requested == "smoke" and say:
         print(SMOKE_NOTE, flush=True)
     return requested, presets[requested]
 
@@ -145,8 +177,9 @@ def choose_names(requested: str | None, known: list[str], what: str = "row", *, 
     return list(dict.fromkeys(names)) if as_given else [n for n in known if n in names]
 
 
-def results_folder(out: str, name: str) -> pathlib.Path:
-    """`<out>/<name>/`, proven writable before any work starts (by writing there), left as it was found.
+def results_folder(out: str, name: str, *, write: bool = True) -> pathlib.Path:
+    """`<out>/<name>/`, proven writable before any work starts (by writing there), left as it was
+    found (`write=False`: a folder only read, proven nothing).
 
     Folders the proof had to create are removed again, so a command refused later (a bad
     corpus, say) leaves nothing behind; the results' own writes create them for real.
@@ -154,6 +187,8 @@ def results_folder(out: str, name: str) -> pathlib.Path:
     if not str(out).strip():
         raise ConfigError("--out is empty; name a folder for the results, e.g. --out results")
     folder = pathlib.Path(out).expanduser() / name
+    if not write:
+        return folder
     try:
         created = [p for p in (folder, *folder.parents) if not p.exists()]
         folder.mkdir(parents=True, exist_ok=True)

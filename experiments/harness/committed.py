@@ -8,8 +8,10 @@ times. Nothing here imports JAX or another module of the lab, so the command lin
 """
 from __future__ import annotations
 
+import dataclasses
 import json
 import pathlib
+from typing import NamedTuple, Sequence
 
 from attention_jax.errors import DataError
 
@@ -56,7 +58,10 @@ def load(name: str, folder: pathlib.Path | None = None) -> dict:
 
 
 def minutes(seconds: float) -> str:
-    return f"{seconds:.0f} s" if seconds < 90 else f"{seconds / 60:.0f} min"
+    """Seconds as a reader counts them: "27 s", "86 min", "4.1 h"."""
+    if seconds < 90:
+        return f"{seconds:.0f} s"
+    return f"{seconds / 60:.0f} min" if seconds < 5400 else f"{seconds / 3600:.1f} h"
 
 
 def _number(x) -> bool:
@@ -83,26 +88,59 @@ def cost(r: dict) -> tuple[float | None, float]:
     return wall, trained(r.get("rows", []))
 
 
-def smoke_times(path: pathlib.Path | None = None) -> dict[str, float]:
-    """Each experiment's smoke-preset wall seconds, from the committed run (`--take-smoke`), {} without one;
-    a file cut short or of another shape is a `DataError` naming it and the fix."""
+@dataclasses.dataclass(frozen=True)
+class Smoke:
+    """The smoke preset's committed times (`python -m experiments.all --preset smoke`), each
+    experiment's wall seconds: `first_run` from empty caches (every program compiled, the tokenizer
+    trained, every row trained), `seconds` again with the compiled programs cached (rows trained
+    anew); on `cores` cores."""
+    seconds: dict = dataclasses.field(default_factory=dict)
+    first_run: dict = dataclasses.field(default_factory=dict)
+    cores: int | None = None
+
+
+def _times(x) -> bool:
+    return isinstance(x, dict) and all(isinstance(k, str) and _number(v) for k, v in x.items())
+
+
+def smoke_times(path: pathlib.Path | None = None) -> Smoke:
+    """The smoke preset's committed times (`--take-smoke`, `--take-smoke-first`), none without a
+    file; a file cut short or of another shape is a `DataError` naming it and the fix."""
     path = SMOKE if path is None else path
     if not path.is_file():
-        return {}
+        return Smoke()
     fix = f"write it again (python -m experiments.pages --take-smoke FOLDER), or {restore(path)}"
     found = read_json(path, fix)
-    seconds = found.get("seconds") if isinstance(found, dict) else None
-    if not (isinstance(seconds, dict) and all(isinstance(k, str) and _number(v) for k, v in seconds.items())):
-        raise damaged(path, 'not {"seconds": {experiment: seconds}}', fix)
-    return seconds
+    found = found if isinstance(found, dict) else {}
+    seconds, first, cores = found.get("seconds"), found.get("first_run", {}), found.get("cores")
+    if not (_times(seconds) and _times(first) and (cores is None or isinstance(cores, int))):
+        shape = '{"seconds": {experiment: seconds}, "first_run": {...}, "cores": N}'
+        raise damaged(path, f"not {shape}", fix)
+    return Smoke(seconds, first, cores)
 
 
-def took(name: str, result: dict | None = None, smoke: dict | None = None,
-         folder: pathlib.Path | None = None) -> tuple[str | None, str | None]:
-    """How long the committed runs of `name` took, as text: (its smoke preset, its cpu preset), None where
-    there is no such run. `result` (its results.json) and `smoke` (`smoke_times()`) when read already;
-    `folder`: where the results are (docs/results, whose smoke_times.json is read)."""
+class Took(NamedTuple):
+    """How long the committed runs of one experiment took, as text (None where there is none)."""
+    first: str | None      # the smoke preset's first run, from empty caches
+    smoke: str | None      # the smoke preset with its compiled programs cached
+    cpu: str | None        # the cpu preset, from an empty row cache
+
+
+def took(name: str, result: dict | None = None, smoke: Smoke | None = None,
+         folder: pathlib.Path | None = None) -> Took:
+    """How long the committed runs of `name` took. `result` (its results.json) and `smoke`
+    (`smoke_times()`) when read already; `folder`: where the results are (docs/results, whose
+    smoke_times.json is read)."""
     smoke = smoke_times(None if folder is None else folder / SMOKE.name) if smoke is None else smoke
+    wall, cached = cpu_cost(name, result, folder)
+    said = lambda times: minutes(times[name]) if name in times else None
+    return Took(said(smoke.first_run), said(smoke.seconds), minutes(wall + cached) if wall else None)
+
+
+def cpu_cost(name: str, result: dict | None = None,
+             folder: pathlib.Path | None = None) -> tuple[float, float]:
+    """`cost` of the committed run of `name` (0, 0 where there is none); a damaged one is a
+    `DataError`."""
     folder = RESULTS if folder is None else folder
     if result is None and (folder / name / "results.json").is_file():
         result = load(name, folder)
@@ -111,4 +149,63 @@ def took(name: str, result: dict | None = None, smoke: dict | None = None,
     except ValueError as e:
         path = folder / name / "results.json"
         raise damaged(path, str(e), retake(path)) from None
-    return minutes(smoke[name]) if name in smoke else None, minutes(wall + cached) if wall else None
+    return wall or 0, cached
+
+
+def _seconds(x) -> float:
+    """Every training second the records in `x` took, whether this run trained them or took them
+    from the row cache."""
+    if isinstance(x, dict):
+        if "cached" in x and _number(x.get("seconds")):
+            return x["seconds"]
+        return sum(_seconds(v) for v in x.values())
+    return sum(_seconds(v) for v in x) if isinstance(x, list) else 0.0
+
+
+# A run expected to take longer than this says first how long, and how to stop and resume it.
+LONG_S = 120.0
+STOP = {True: "Ctrl-C stops it keeping every finished row (the row in progress resumes from its "
+              "last checkpoint), and the same command resumes",
+        False: "Ctrl-C stops it, and the same command starts it over"}
+Expected = tuple[float, str, "int | None", str]    # seconds, what they are, cores, an aside
+
+
+def expected(name: str, preset: str, rows: Sequence[str] | None = None) -> Expected | None:
+    """(seconds, what they are, cores, an aside) of the committed run of `name` at `preset` (for
+    `rows` alone, where its records say what each row took), or None where there is none or it
+    cannot be read."""
+    try:
+        if preset == "smoke":
+            smoke = smoke_times()
+            first, again = smoke.first_run.get(name), smoke.seconds.get(name)
+            aside = f", compiling every program ({minutes(again)} with them cached)" if again else ""
+            return (first, "its committed first run", smoke.cores, aside) if first else None
+        if preset != "cpu" or not (RESULTS / name / "results.json").is_file():
+            return None
+        result = load(name)
+        if result.get("preset") != "cpu":
+            return None
+        cores = ((result.get("backend") or {}).get("host") or {}).get("cores")
+        every = [r for r in result.get("rows", []) if isinstance(r, dict)]
+        chosen = [r for r in every if rows and r.get("name") in rows]
+        if chosen and len(chosen) < len(every):
+            names = ", ".join(r["name"] for r in chosen)
+            return _seconds(chosen), f"its committed cpu-preset run of {names}", cores, ""
+        return sum(cpu_cost(name, result)), "its committed cpu-preset run", cores, ""
+    except (DataError, OSError, AttributeError, TypeError):   # --help says what is damaged
+        return None
+
+
+def announce(name: str, preset: str, rows: Sequence[str] | None = None, *, training: bool = False,
+             folder: pathlib.Path | None = None) -> str | None:
+    """The one line a run of more than a few minutes (`LONG_S`) starts with: how long the committed
+    run took, on how many cores, and how to stop and resume it; None for a shorter run or one never
+    committed."""
+    found = expected(name, preset, rows)
+    if not found or found[0] < LONG_S:
+        return None
+    seconds, what, cores, aside = found
+    on = f" on {cores} cores" if cores else ""
+    reused = f"; rows already finished in {folder} are reused" if training and folder else ""
+    return (f"{name}, {preset} preset: {what} took {minutes(seconds)}{on}{aside}{reused}; "
+            f"{STOP[training]}")

@@ -3,6 +3,7 @@
     EXPERIMENT = Experiment("ladder", __doc__, PRESETS, run, rows=[...])   # a training table
     main = EXPERIMENT.main                       # python -m experiments.ladder [flags]
     result = EXPERIMENT(preset="smoke")          # a notebook: the same run, flags as keywords
+    trained = EXPERIMENT.reopen("layer_norm")    # a row it trained: .model, .tokenizer (--reopen)
 
 Both ways parse the same flags, check `--out` is writable before any work, run the same
 `run`, then print the tables and claims and write `results/<name>/` (table.md,
@@ -113,6 +114,18 @@ class Result:
         return all(c["passed"] for c in self.claims if c.get("decided", True))
 
 
+@contextlib.contextmanager
+def _in_python_terms():
+    """A user error raised inside, in a notebook's terms: a keyword where the command line has a
+    flag."""
+    try:
+        yield
+    except UserError as e:
+        keyword = lambda m: m.group(1).replace("-", "_") + "="
+        e.args = (re.sub(r"--([a-z][\w-]*) ", keyword, str(e)),)
+        raise
+
+
 @dataclasses.dataclass(frozen=True)
 class Experiment:
     name: str
@@ -128,6 +141,9 @@ class Experiment:
     # Its claims are exact (counts, identities), so even the smoke preset's few steps decide them;
     # otherwise a smoke run reports every claim as not checked at that budget.
     smoke_decides: bool = False
+    # A training table's tokenizer, from the run's values: what `reopen` hands over beside a model
+    # (None: its rows read token ids of no text, as induction's).
+    tokenizer: Callable[[Context], Any] | None = None
 
     def parser(self) -> argparse.ArgumentParser:
         p = cli.parser(self.name, self.description.strip().splitlines()[0], self.presets)
@@ -137,11 +153,13 @@ class Experiment:
             self.flags(p)
         return p
 
-    def context(self, args: argparse.Namespace) -> Context:
-        """The flags turned into values, once: nothing past here reads them (but the experiment's own)."""
+    def context(self, args: argparse.Namespace, *, reading: bool = False) -> Context:
+        """The flags turned into values, once: nothing past here reads them (but the experiment's
+        own). `reading`: for a reopened row, which says its preset in its own line and writes
+        nothing (the results folder is not proven writable, as a run's is)."""
         cli.join_processes(args)
-        preset, settings = cli.choose_preset(args.preset, self.presets)
-        folder = cli.results_folder(args.out, self.name)
+        preset, settings = cli.choose_preset(args.preset, self.presets, say=not reading)
+        folder = cli.results_folder(args.out, self.name, write=not reading)
         ctx = Context(args, self.name, preset, settings, folder, steps_per_call=steps_per_call_from_env(),
                       progress=not getattr(args, "no_progress", False))
         if self.rows is not None:
@@ -152,7 +170,8 @@ class Experiment:
             ctx.speed = speed_from_flags(args.attention)
             ctx.settings = ctx.budget(settings)
             ctx.rows = cli.choose_names(args.rows, list(self.rows))
-            ctx.seeds, ctx.fresh, ctx.corpus, ctx.data = list(range(args.seeds)), args.fresh, args.corpus, args.data
+            ctx.seeds, ctx.fresh = cli.seeds(args), args.fresh
+            ctx.corpus, ctx.data = args.corpus, args.data
             ctx.held_out_tokens = SMOKE_HELD_OUT_TOKENS if preset == "smoke" else None
         return ctx
 
@@ -164,6 +183,12 @@ class Experiment:
     def _execute(self, args: argparse.Namespace, show: bool = True) -> Result:
         ctx = self.context(args)
         started = time.perf_counter()
+        from experiments.harness import committed
+        training = self.rows is not None
+        long = committed.announce(self.name, ctx.preset, ctx.rows if training else None,
+                                  training=training, folder=ctx.folder)
+        if long:      # a run of more than a few minutes says first how long, how to stop and resume
+            print(long, flush=True)
         if self.shares_accelerator:   # before JAX first looks for devices, below
             os.environ.setdefault("XLA_PYTHON_CLIENT_PREALLOCATE", "false")
         from experiments.harness import compile_cache, compile_clock   # imports JAX: after --help
@@ -205,30 +230,80 @@ class Experiment:
             result.folder = report.publish(ctx.folder, result, show=show) if is_writer() else ctx.folder
         return result
 
-    def __call__(self, **options) -> Result:
-        """Run as a notebook does: `EXPERIMENT(preset="smoke", seeds=3)`; flags by their dest names.
-
-        Results go where `out` says; without it, to a fresh temporary folder (`result.folder`), not
-        the current one: pass `out="results"` to keep them, and its finished rows, between calls.
-        The tables and claims are not printed: a notebook shows the Result (`result.markdown()`)."""
-        p = self.parser()
-        args = p.parse_args([])
+    def _arguments(self, options: dict) -> argparse.Namespace:
+        """The flags' values, as the command line's defaults with `options` (dest names) put in."""
+        args = self.parser().parse_args([])
         unknown = sorted(set(options) - set(vars(args)))
         if unknown:
             raise ConfigError(f"{self.name} has no option {', '.join(unknown)}; "
                               f"choose from: {', '.join(sorted(vars(args)))}")
         for key, value in options.items():
             setattr(args, key, value)
+        return args
+
+    def reopen(self, row: str, *, seed: int | None = None, **options):
+        """A row this table trained, reopened from its checkpoint, training nothing: a
+        `trained.Reopened` with `.model` (the NNX `LanguageModel`, in eval mode) and `.tokenizer`
+        (None where the table has none), `.record` and `.checkpoint`. `seed`: which seed's model
+        (by default the row's first). `options` are a run's keywords and choose the row as in a
+        run: `preset` (chosen as a run chooses it), `out` (default "results", where the command
+        line writes), `seeds`, `steps`, `corpus`, ... A row that is not there is one
+        `ConfigError` line naming the call that trains it."""
+        with _in_python_terms():
+            args = self._arguments({"out": "results", **options})
+            args.reopen, args.seed = row, seed
+            return self._reopened(args, python=True)
+
+    def _reopened(self, args: argparse.Namespace, *, python: bool = False):
+        from experiments.harness import trained
+        from experiments.harness.platform import backend_errors
+        if self.rows is None:
+            raise ConfigError(f"{self.name} trains no model to reopen; the training tables do "
+                              "(ladder, positions, ...)")
+        seed, args = args.seed, argparse.Namespace(**{**vars(args), "seed": None})
+        ctx = self.context(args, reading=True)
+        asked = trained.Asked(self.name, list(self.rows), args.reopen, ctx.preset, ctx.folder,
+                              seed=seed, flags=self._asked_flags(ctx, args), python=python)
+        record = trained.choose(asked, trained.records(ctx.folder), self.presets)
+        with backend_errors():
+            return trained.reopened(asked, record, self.tokenizer and (lambda: self.tokenizer(ctx)))
+
+    def _asked_flags(self, ctx: Context, args: argparse.Namespace) -> dict:
+        """The flags given beside --reopen that choose among a row's trainings: each must match
+        its record."""
+        flags = {k: (v, lambda r, k=k, v=v: r["train_config"].get(k) == v)
+                 for k, v in ctx.train_overrides.items()}
+        if args.seeds is not None:
+            flags["seeds"] = (args.seeds, lambda r: r["seeds"] == list(range(args.seeds)))
+        if args.dtype is not None:
+            flags["dtype"] = (args.dtype, lambda r: r["config"].get("dtype") == args.dtype)
+        if args.attention is not None:
+            flags["attention"] = (args.attention,
+                                  lambda r: r["config"].get("attention") == args.attention)
+        if ctx.corpus:
+            from attention_jax.data.text import check_text_file
+            with cli.flag_named("--corpus"):
+                sha = check_text_file(ctx.corpus).sha256
+            flags["corpus"] = (ctx.corpus, lambda r: (r.get("task") or {}).get("sha256") == sha)
+        return flags
+
+    def __call__(self, **options) -> Result:
+        """Run as a notebook does: `EXPERIMENT(preset="smoke", seeds=3)`; flags by their dest names.
+
+        Results go where `out` says; without it, to a fresh temporary folder (`result.folder`), not
+        the current one: pass `out="results"` to keep them, and its finished rows, between calls.
+        The tables and claims are not printed: a notebook shows the Result (`result.markdown()`).
+        A row it trained reopens with `EXPERIMENT.reopen(row, ...)`."""
+        if options.get("reopen"):
+            return self.reopen(options.pop("reopen"), **options)
+        args = self._arguments(options)
         if "out" not in options:
             args.out = tempfile.mkdtemp(prefix="attention_jax-")
             atexit.register(shutil.rmtree, args.out, ignore_errors=True)
             print(f"results: {args.out}/{self.name} (a temporary folder, removed when Python exits; out=FOLDER "
                   "keeps them)", flush=True)
-        try:
+        with _in_python_terms():
             return self.execute(args, show=False)      # the Result shows its tables and claims itself
-        except UserError as e:     # in the caller's terms: a keyword where the command line has a flag
-            e.args = (re.sub(r"--([a-z][\w-]*) ", lambda m: m.group(1).replace("-", "_") + "=", str(e)),)
-            raise
 
     def main(self, argv: list[str] | None = None) -> int:
         """The command line: run, print, save; one line and exit 2 for a user error, 130 for Ctrl-C."""
@@ -236,7 +311,11 @@ class Experiment:
             if argv is None:   # a command-line run (tests pass argv): keep XLA's scratch memory
                 apply_mallopt(self.big_programs)
                 cli.catch_interrupts()
-            self.execute(self.parser().parse_args(argv))
+            args = self.parser().parse_args(argv)
+            if getattr(args, "reopen", None):      # a trained row reopened: what and from where
+                print(self._reopened(args).describe(), flush=True)
+            else:
+                self.execute(args)
         except UserError as e:
             return cli.report_error(e)
         except KeyboardInterrupt as e:

@@ -17,8 +17,11 @@ from typing import Any, Iterable, Sequence
 
 Column = tuple[str, str, str]   # (row key, header, format spec such as ",d" or ".2f")
 # Atop a smoke run's table (and printed when the smoke preset is chosen): its figures are plumbing only.
-SMOKE_NOTE = ("smoke preset: a plumbing check of a few steps; its figures mean nothing and the claims they decide are not checked at this "
-              "budget (--preset cpu or paper for the chapter's)")
+SMOKE_NOTE = ("smoke preset: a plumbing check (every part runs and writes its files), so its "
+              "figures mean nothing: each model trains a handful of steps, too few to learn, and an "
+              "untrained model's figures can look broken (a perplexity near its vocabulary's size, "
+              "an accuracy below chance: its top word is rarely either noun); the claims they "
+              "decide are not checked at this budget (--preset cpu or paper for the chapter's)")
 
 
 class Markdown(str):

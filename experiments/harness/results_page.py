@@ -92,27 +92,44 @@ def page(name: str, r: dict, folder: pathlib.Path, *, training: bool = False) ->
     return "\n".join(md).rstrip() + "\n"
 
 
-def index(results: dict[str, dict], smoke: dict[str, float]) -> str:
+def index(results: dict[str, dict], smoke: committed.Smoke) -> str:
     md = ["# Results", "",
           "Each experiment's cpu-preset run on a 2-core CPU, committed as `results.json` and figures and "
           "turned into its page by `python -m experiments.pages`. Rerun any of them with the command on its page. "
           "The times are what each run took from an empty row cache, wall clock, on a machine that was not always "
-          "quiet: a page says so where its notes or its load average show other work beside it.",
+          "quiet: a page says so where its notes or its load average show other work beside it. "
+          "The smoke columns are `python -m experiments.all --preset smoke`: its first run, from "
+          "empty caches (every program compiled, the tokenizer trained), and a run with the "
+          "compiled programs cached.",
           "", experiments_table(results, smoke, link="{name}.md"), ""]
     return "\n".join(md)
 
 
-def experiments_table(results: dict[str, dict], smoke: dict[str, float], *, link: str) -> str:
-    """A row per experiment: its command (linked), what it regenerates, how long its runs took, its claims."""
-    rows = []
+def experiments_table(results: dict[str, dict], smoke: committed.Smoke, *, link: str) -> str:
+    """A row per experiment: its command (linked), what it regenerates, how long its runs took (the
+    smoke preset's first run and cached, the cpu preset's), its claims; a last row for them all."""
+    rows, total = [], {"first": 0.0, "smoke": 0.0, "cpu": 0.0, "held": 0, "of": 0}
     for name, r in results.items():
-        smoke_took, cpu_took = committed.took(name, r, smoke)
+        first, again, cpu = committed.took(name, r, smoke)
+        held = [c for c in r["claims"] if c.get("decided", True)]
+        total["first"] += smoke.first_run.get(name, 0.0)
+        total["smoke"] += smoke.seconds.get(name, 0.0)
+        total["cpu"] += sum(committed.cpu_cost(name, r))
+        total["held"] += sum(bool(c["passed"]) for c in held)
+        total["of"] += len(held)
         rows.append({"command": report.Markdown(f"[`experiments.{name}`]({link.format(name=name)})"), "what": summary(name),
-                     "smoke": smoke_took or "-", "time": cpu_took or "-",
+                     "first": first or "-", "smoke": again or "-", "time": cpu or "-",
                      "claims": report.tally(r["claims"]).split(" claims")[0]})
-    return report.format_table([("command", "experiment", ""), ("what", "what it regenerates", ""),
-                                ("smoke", "smoke preset", ""), ("time", "cpu preset, 2 cores", ""),
-                                ("claims", "claims held", "")], rows)
+    if rows:
+        said = lambda seconds: minutes(seconds) if seconds else "-"
+        rows.append({"command": report.Markdown("`experiments.all`"),
+                     "what": "every table above, one after another", "first": said(total["first"]),
+                     "smoke": said(total["smoke"]), "time": said(total["cpu"]),
+                     "claims": f"{total['held']} of {total['of']}"})
+    columns = [("command", "experiment", ""), ("what", "what it regenerates", ""),
+               ("first", "smoke, first run", ""), ("smoke", "smoke, cached", ""),
+               ("time", "cpu preset, 2 cores", ""), ("claims", "claims held", "")]
+    return report.format_table(columns, rows)
 
 
 def ci_table(records: list[dict]) -> str:

@@ -23,8 +23,6 @@ the row is trained again, saying why.
 from __future__ import annotations
 
 import dataclasses
-import functools
-import hashlib
 import json
 import pathlib
 import sys
@@ -37,15 +35,17 @@ from attention_jax.errors import DataError
 from attention_jax.speed import Speed
 from experiments.harness import cli, reopen, report
 from experiments.harness.experiment import Context, Result
+from experiments.harness.reopen import (SPEED_FIELDS, digest as _digest, hashed as _hash,
+                                        load_model, programs, restore_state, unspelled)
 
 Measure = Callable[[Any, Any], dict]   # (engine, state) -> figures to keep with the row
+SMOKE_KEEPS = 1       # checkpoints a finished smoke row keeps (`keeps`)
 # ModelConfig fields added after rows were first cached, at the value every earlier row had:
 # left out of a row's key while they hold it, so those rows keep their keys.
 ADDED_LATER = {"gelu": "exact", "output_bias": True, "causal": True, "activation": "gelu", "ff_width": None,
                "output_size": None}
-# How attention was computed, once ModelConfig fields and now the speed swap's (Speed): written
-# into the key where it was, under the names it had.
-SPEED_FIELDS = {"attention": "form", "attention_chunk": "chunk", "matmul_dtype": "matmul_dtype", "dense": "dense"}
+__all__ = ["SPEED_FIELDS", "Table", "load_model", "measured", "restore_state", "row_key", "spelled",
+           "unspelled"]
 
 
 def spelled(model_config: ModelConfig, speed: Speed) -> dict:
@@ -59,33 +59,11 @@ def spelled(model_config: ModelConfig, speed: Speed) -> dict:
     return out
 
 
-def unspelled(config: dict) -> tuple[ModelConfig, Speed]:
-    """`spelled`'s inverse: a record's config as the ModelConfig and Speed that trained it."""
-    fields = {k: v for k, v in config.items() if k not in SPEED_FIELDS}
-    speed = {f: config[k] for k, f in SPEED_FIELDS.items() if k in config}
-    return ModelConfig(**fields), Speed(**speed)
-
-
 def row_key(name: str, model_config: ModelConfig, train_config: TrainConfig, preset: str, seeds,
             task_identity: Mapping | None = None, speed: Speed = Speed()) -> str:
-    """<name>-<12 hex>: the hash of what made the row and the preset."""
-    blob = {"model": spelled(model_config, speed), "train": dataclasses.asdict(train_config),
-            "seeds": [int(s) for s in seeds], **({"task": dict(task_identity)} if task_identity else {}),
-            "preset": preset}
-    return f"{name}-{_hash(blob)[:12]}"
-
-
-@functools.cache
-def programs():
-    """The compiled programs every row of this process shares (an `attention_jax.train.ProgramCache`):
-    a row reopened after training, or trained again by another table of one run, traces and
-    compiles nothing anew."""
-    from attention_jax.train import ProgramCache   # imports JAX: only when a row trains or reopens
-    return ProgramCache()
-
-
-def _hash(blob) -> str:
-    return hashlib.sha256(json.dumps(blob, sort_keys=True).encode()).hexdigest()
+    """<name>-<12 hex>: the hash of what made the row and the preset (`reopen.key`)."""
+    return reopen.key(name, spelled(model_config, speed), dataclasses.asdict(train_config), seeds,
+                      task_identity, preset)
 
 
 def _note(message: str) -> None:
@@ -109,13 +87,6 @@ def _cached(path: pathlib.Path, key: str, model_config: ModelConfig, train_confi
         return None
     record.pop("digest", None)
     return record
-
-
-def _engine(record: dict):
-    from attention_jax.train import Engine   # imports JAX: only when a row trains or reopens
-    model_config, speed = unspelled(record["config"])
-    return Engine(model_config, TrainConfig(**record["train_config"]), n_seeds=len(record["seeds"]), speed=speed,
-                  programs=programs())
 
 
 def _stale(workdir: pathlib.Path, fingerprint: dict) -> bool:
@@ -166,11 +137,6 @@ def _every(log: list[dict], n: int) -> list[dict]:
     return out
 
 
-def _digest(record: dict) -> str:
-    """sha256 of a record's content: a figure changed inside still-valid JSON is caught on reading."""
-    return _hash({k: v for k, v in record.items() if k not in ("cached", "digest")})
-
-
 def _write(path: pathlib.Path, record: dict) -> None:
     from attention_jax.train.distributed import is_writer
     if not is_writer():   # with several processes, process 0 keeps the records
@@ -179,19 +145,33 @@ def _write(path: pathlib.Path, record: dict) -> None:
     report.atomic_write(path, json.dumps({**data, "digest": _digest(data)}, indent=1))
 
 
-def restore_state(record: dict, folder) -> tuple:
-    """(engine, state) of a finished row, from the checkpoint its training left in `folder`. A read: a
-    checkpoint that does not match the record is refused in one line, and nothing is moved (`reopen`)."""
-    engine = _engine(record)
-    state = reopen.restore(record, pathlib.Path(folder) / "runs" / record["key"], engine.abstract_state(record["seeds"]))
-    return engine, engine.replicate(state)
+def keeps(preset: str) -> int:
+    """How many checkpoints a finished row keeps: the library's (its step and one to fall back
+    to), or at the smoke preset its last alone, which reopens it (its figures mean nothing:
+    nothing to fall back to)."""
+    from attention_jax.train.checkpoints import KEEP
+    return SMOKE_KEEPS if preset == "smoke" else KEEP
 
 
-def load_model(record: dict, folder, *, seed: int = 0):
-    """A finished row's trained model (an NNX `LanguageModel`), reopened from its checkpoint in `folder`
-    (a Result's `folder`, or a table's)."""
-    engine, state = restore_state(record, folder)
-    return engine.model(state, record["seeds"].index(seed))
+def corpus_of(ctx: Context):
+    """The corpus a run's corpus tables train on: --corpus, or tiny-shakespeare where --data, the
+    environment or the cache has it (an `attention_jax.data.text.CorpusInfo`); a bad one is one
+    line naming its flag."""
+    from attention_jax.data import resolve_corpus
+    from attention_jax.data.text import check_text_file
+    from attention_jax.data.corpus import GIVE_PATH
+    if ctx.corpus:
+        with cli.flag_named("--corpus"):
+            return check_text_file(ctx.corpus)
+    as_flag = {GIVE_PATH: "pass --data PATH", "(the path given)": "(the path given as --data PATH)"}
+    with cli.flag_named(words=as_flag):
+        return check_text_file(resolve_corpus(ctx.data))
+
+
+def corpus_tokenizer(ctx: Context, vocab_size: int = 1024):
+    """The BPE tokenizer of the corpus a run's corpus tables train on (a `tokenizers.Tokenizer`)."""
+    from attention_jax.data import load_tokenizer
+    return load_tokenizer(corpus_of(ctx).path, vocab_size=vocab_size)
 
 
 @dataclasses.dataclass
@@ -204,15 +184,8 @@ class Table:
     def on_corpus(cls, ctx: Context, *, longest: int = 128, vocab_size: int = 1024) -> "Table":
         """The corpus (--data / --corpus) tokenized (cached) and split 90/10. `longest`: the longest
         window any row trains or is read on; a held-out split that cannot fill one is refused here."""
-        from attention_jax.data import load_tokens, resolve_corpus, train_val_split
-        from attention_jax.data.text import check_text_file
-        from attention_jax.data.corpus import GIVE_PATH
-        if ctx.corpus:
-            with cli.flag_named("--corpus"):
-                info = check_text_file(ctx.corpus)
-        else:
-            with cli.flag_named(words={GIVE_PATH: "pass --data PATH", "(the path given)": "(the path given as --data PATH)"}):
-                info = check_text_file(resolve_corpus(ctx.data))
+        from attention_jax.data import load_tokens, train_val_split
+        info = corpus_of(ctx)
         tokens = load_tokens(info.path, vocab_size=vocab_size)
         if len(tokens) < 10 * (longest + 1):
             raise DataError(f"corpus {info.path} is too small: {len(tokens):,} tokens, and its 10% held-out split "
@@ -254,7 +227,6 @@ class Table:
         """
         from attention_jax.errors import CheckpointError, TrainingDiverged
         from attention_jax.train import Engine, fit, run_record
-        from experiments.harness.cli import STOP
         from attention_jax.parameters import count_params
         tc, model_config, ctx = train_config or self.ctx.settings, self.ctx.model(model_config), self.ctx
         task, measures, fresh, folder = task or self.text_task(model_config, tc), dict(measures or {}), ctx.fresh, ctx.folder
@@ -283,7 +255,8 @@ class Table:
             fresh = True
         try:
             result = fit(engine, task, seeds=ctx.seeds, workdir=folder / "runs" / key, resume=not fresh,
-                         progress=ctx.progress, desc=name, steps_per_call=ctx.steps_per_call, stop=STOP)
+                         progress=ctx.progress, desc=name, steps_per_call=ctx.steps_per_call,
+                         stop=cli.STOP, keep_finished=keeps(ctx.preset))
         except TrainingDiverged as e:    # in the command line's terms: the row, its flag, what is recorded
             keep = f"its last good checkpoint (step {e.kept}) is kept" if e.kept else "no checkpoint of it is kept"
             e.args = (f"row {name!r} diverged at step {e.step}: {e.what}; the learning rate (lr={e.lr:g}) is the likely "
@@ -318,7 +291,8 @@ class Table:
         """(engine, state) of a finished row, from its checkpoint."""
         return restore_state(record, self.ctx.folder)
 
-    def load_model(self, record: dict, *, seed: int = 0):
+    def load_model(self, record: dict, *, seed: int | None = None):
+        """A finished row's model for `seed` (by default the row's first)."""
         return load_model(record, self.ctx.folder, seed=seed)
 
     def describe(self) -> dict:

@@ -23,7 +23,7 @@ from experiments.harness.experiment import Experiment
 from experiments.inside_tiny_gpt.ablations import ablation_claims, ablation_list, head_mask, run_ablations
 from experiments.inside_tiny_gpt.anatomy import demo_params, forward_check, param_parts, raw_forward, residual_norms
 from experiments.inside_tiny_gpt.attention import ascii_heatmap, attention_demo, heatmap_figure, sqrt_d_random
-from experiments.inside_tiny_gpt.command import flags, run
+from experiments.inside_tiny_gpt.command import flags, run, tokenizer
 from experiments.inside_tiny_gpt.constants import CONFIG, NAME, PRESETS, ROW
 from experiments.inside_tiny_gpt.evaluate import (
     cached_run, compiled, greedy_accuracy, greedy_completions, model_bits, teacher_forced_accuracy)
@@ -33,5 +33,5 @@ __all__ = ["ablation_claims", "ablation_list", "ascii_heatmap", "attention_demo"
            "model_bits", "param_parts", "raw_forward", "residual_norms", "run_ablations", "sqrt_d_random",
            "teacher_forced_accuracy", "CONFIG", "EXPERIMENT", "NAME", "PRESETS", "ROW", "main"]
 
-EXPERIMENT = Experiment(NAME, __doc__, PRESETS, run, flags=flags, rows=[ROW])
+EXPERIMENT = Experiment(NAME, __doc__, PRESETS, run, flags=flags, rows=[ROW], tokenizer=tokenizer)
 main = EXPERIMENT.main

@@ -52,6 +52,12 @@ def run(ctx) -> Result:
                   extra=extra, book=summary)
 
 
+def tokenizer(ctx):
+    """The lecture's 44-symbol alphabet, the tiny GPT's tokenizer."""
+    from attention_jax.data import tiny_world as tw
+    return tw.CharTokenizer()
+
+
 def budget_of(ctx) -> str:
     tc = ctx.settings
     return (f"{ctx.preset} preset: {tc.steps} steps x batch {tc.batch_size} x {CONFIG.context} chars, "

@@ -16,6 +16,7 @@ LayerNorm after each residual add and has no final one.
 from __future__ import annotations
 
 from experiments.harness.experiment import Experiment
+from experiments.harness.rows import corpus_tokenizer
 from experiments.norms.command import check_warmup, claims, flags, init_claims, run
 from experiments.norms.constants import (BASE, BOOK_INIT, BOOK_PPL, CONFIGS, DEPTH, N_LAYERS, NORMS, PRESETS, PROBE,
                                          PROBE_SEED, ROWS, model_config)
@@ -27,5 +28,6 @@ __all__ = ["check_warmup", "claims", "early_figure", "flags", "init_claims", "in
            "CONFIGS", "DEPTH", "EXPERIMENT", "N_LAYERS", "NORMS", "PRESETS", "PROBE", "PROBE_SEED", "ROWS", "main"]
 
 # Twelve blocks on three seeds fragment one glibc arena (12.4 GB at the peak against 3.9 GB with two).
-EXPERIMENT = Experiment("norms", __doc__, PRESETS, run, flags=flags, rows=list(ROWS), big_programs=True)
+EXPERIMENT = Experiment("norms", __doc__, PRESETS, run, flags=flags, rows=list(ROWS),
+                        big_programs=True, tokenizer=corpus_tokenizer)
 main = EXPERIMENT.main

@@ -22,6 +22,7 @@ least two visible tokens) and the share of those rows putting > 0.99 on one toke
 from __future__ import annotations
 
 from experiments.harness.experiment import Experiment
+from experiments.harness.rows import corpus_tokenizer
 from experiments.scale_ablation.command import claims, run
 from experiments.scale_ablation.constants import PRESETS, ROWS, SHORT, WidthRow
 from experiments.scale_ablation.measure import combine, make_probe, score_stats, uniform_entropy
@@ -29,5 +30,6 @@ from experiments.scale_ablation.measure import combine, make_probe, score_stats,
 __all__ = ["claims", "combine", "make_probe", "run", "score_stats", "uniform_entropy", "EXPERIMENT", "PRESETS",
            "ROWS", "SHORT", "WidthRow", "main"]
 
-EXPERIMENT = Experiment("scale_ablation", __doc__, PRESETS, run, rows=[r.name for r in ROWS])
+EXPERIMENT = Experiment("scale_ablation", __doc__, PRESETS, run, rows=[r.name for r in ROWS],
+                        tokenizer=corpus_tokenizer)
 main = EXPERIMENT.main

@@ -19,13 +19,14 @@ from __future__ import annotations
 
 from experiments.harness.experiment import Experiment
 from experiments.winograd.attention import attention_demo, claims, referent_attention
-from experiments.winograd.command import flags, run
+from experiments.winograd.command import Words, flags, run, tokenizer
 from experiments.winograd.constants import BOOK, CHANCE, IDENTICAL, MODELS, PRESETS, ROWS, TASKS
 from experiments.winograd.task import Splits, by_adjective, make_task, sample_batch, spec_identity
 
 __all__ = ["attention_demo", "by_adjective", "claims", "make_task", "referent_attention", "sample_batch",
            "spec_identity", "BOOK", "CHANCE", "EXPERIMENT", "IDENTICAL", "MODELS", "PRESETS", "ROWS", "Splits",
-           "TASKS", "main"]
+           "TASKS", "Words", "main"]
 
-EXPERIMENT = Experiment("winograd", __doc__, PRESETS, run, flags=flags, rows=ROWS)
+EXPERIMENT = Experiment("winograd", __doc__, PRESETS, run, flags=flags, rows=ROWS,
+                        tokenizer=tokenizer)
 main = EXPERIMENT.main

@@ -26,6 +26,27 @@ def flags(p) -> None:
                         "and check every claim on each")
 
 
+class Words:
+    """The toy's tokenizer: an id a word of its vocabulary, a sentence its words split by spaces."""
+
+    def __init__(self, vocab):
+        self.vocab = tuple(vocab)
+
+    def encode(self, sentence: str):
+        from attention_jax.data import winograd as wg
+        return wg.encode([sentence], self.vocab)[0]
+
+    def decode(self, ids) -> str:
+        import numpy as np
+        return " ".join(self.vocab[int(i)] for i in np.asarray(ids).reshape(-1))
+
+
+def tokenizer(ctx) -> Words:
+    """The words the rows were trained on (--nouns, --adjectives), as a tokenizer."""
+    from attention_jax.data import winograd as wg
+    return Words(wg.vocabulary(wg.load_spec(ctx.args.nouns, ctx.args.adjectives)))
+
+
 def run(ctx) -> Result:
     from attention_jax.data import winograd as wg
     from experiments.harness.rows import Table
@@ -76,29 +97,32 @@ def accuracy_table(preset: str, records: list[dict], book: bool) -> dict[str, st
 
 
 def two_blocks(ctx, table, spec, pool: dict, tables: dict, figures: dict, extra: dict) -> None:
-    """The two-block model read: its viewer, where its heads look at the referent (seed 0), what patching
-    entering block 2 brings back and the circuit edge patching finds; into `tables`, `figures`, `extra`."""
-    r = next(r for r in pool["records"] if r["name"] == "clean_two_blocks")
-    save_viewer(table.load_model(r), pool["splits"]["clean"](0), ctx.folder / "attention.html",
-                f"Winograd toy, two blocks, seed 0 ({ctx.preset} preset)")
+    """The two-block model read: its viewer, where its heads look at the referent (its first
+    seed), what patching entering block 2 brings back and the circuit edge patching finds; into
+    `tables`, `figures`, `extra`."""
+    r, s0 = next(r for r in pool["records"] if r["name"] == "clean_two_blocks"), ctx.seeds[0]
+    title = f"Winograd toy, two blocks, seed {s0} ({ctx.preset} preset)"
+    save_viewer(table.load_model(r, seed=s0), pool["splits"]["clean"](s0), ctx.folder / "attention.html",
+                title)
     demo, attention, book = pool["demos"][0], pool["check"]["attention"], pool["book"]
     sides = dict(spec.adjectives)
     a, b = demo["demo"]
     x, y = demo["pair"]
     where = "a held-out pair" if demo["pair_heldout"] else "a training pair"
-    head = (f"Two blocks (seed 0), heads averaged, at position {demo['position']} (the \"the\" after \"so\"): "
-            f"'the {x} ... the {y} ... too {a}/{b}' ({where})")
+    head = (f"Two blocks (seed {s0}), heads averaged, at position {demo['position']} "
+            f"(the \"the\" after \"so\"): 'the {x} ... the {y} ... too {a}/{b}' ({where})")
     tables[head] = pair_table(demo, book and (x, y, a, b) == ("animal", "street", "tired", "wet"))
     tables[f"Block 2 at the referent across all {len(demo['adjectives'])} adjectives "
-           f"('{x}'/'{y}'; right: mean over seed 0's held-out pairs)"] = rule_table(demo, sides)
+           f"('{x}'/'{y}'; right: mean over seed {s0}'s held-out pairs)"] = rule_table(demo, sides)
     figures["attention_pair.png"] = pair_figure(demo, f"attention at the referent, {a} vs {b} ({ctx.preset}, "
-                                                      f"two blocks, seed 0)")
+                                                      f"two blocks, seed {s0})")
     figures["block2_adjectives.png"] = rule_figure(demo, sides, f"block 2 at the referent, every adjective "
-                                                                f"({ctx.preset} preset, seed 0)")
+                                                                f"({ctx.preset} preset, seed {s0})")
     extra["attention"] = {"seed0": demo, **attention}
     extra["causal"] = pool["check"]["causal"]
-    tables[f"Patching entering block 2 (seed 0, {causal.PAIRS} held-out pairs): the share of the clean answer "
-           "each slot brings back, per test (1: all of it, 0: none)"] = causal.table(pool["check"]["causal"]["seed0"])
+    tables[f"Patching entering block 2 (seed {s0}, {causal.PAIRS} held-out pairs): the share of "
+           "the clean answer each slot brings back, per test (1: all of it, 0: none)"] = \
+        causal.table(pool["check"]["causal"]["seed0"])
     extra["found"] = pool["check"]["found"]
     tables[f"The circuit edge patching finds, per test (the fewest top edges, at most {causal.MOST_EDGES}, "
            f"recovering {causal.FAITHFUL:.0%} of the answer alone)"] = causal.found_table(pool["check"]["found"])

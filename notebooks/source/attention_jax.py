@@ -137,22 +137,20 @@ assert PRESET == "smoke" or sum(c["passed"] for c in result.claims) >= 7, result
 # %% [markdown]
 # ## 4. Inside one trained block: where each head looks
 #
-# The ladder's one-block model (`layer_norm`) is reopened from its checkpoint, run on a line of
-# held-out text with `run_with_cache`, and each head's attention weights are drawn. The upper
+# The ladder's one-block model (`layer_norm`) is reopened from its checkpoint (any row a table
+# trained reopens so, training nothing: `EXPERIMENT.reopen`, docs/look_inside.md), run on a line
+# of held-out text with `run_with_cache`, and each head's attention weights are drawn. The upper
 # triangle is exactly zero: no position sees its future.
 
 # %%
-from attention_jax.data import load_tokenizer, load_tokens, resolve_corpus, train_val_split  # noqa: E402
-from experiments.harness import rows  # noqa: E402
+from attention_jax.data import load_tokens, resolve_corpus, train_val_split  # noqa: E402
 from attention_jax.analysis.inspect import ablate, run_with_cache  # noqa: E402
 
-record = next(r for r in result.rows if r["name"] == "layer_norm")
-model = rows.load_model(record, result.folder)
-model.eval()
-corpus = resolve_corpus()
-_, val = train_val_split(load_tokens(corpus, verbose=False))
+trained = ladder.EXPERIMENT.reopen("layer_norm", preset=result.preset, seeds=SEEDS)  # results/
+model, tokenizer = trained.model, trained.tokenizer                                # in eval mode
+_, val = train_val_split(load_tokens(resolve_corpus(), verbose=False))
 tokens = jnp.asarray(val[None, :24])
-words = [load_tokenizer(corpus).decode([int(t)]) for t in tokens[0]]
+words = [tokenizer.decode([int(t)]) for t in tokens[0]]
 logits, cache = run_with_cache(model, tokens, names="blocks.0.mixer.attention.weights")
 w = cache["blocks.0.mixer.attention.weights"][0]                       # [heads, T, T]
 fig, axes = plt.subplots(1, w.shape[0], figsize=(4.2 * w.shape[0], 4.2), layout="constrained")
@@ -179,7 +177,6 @@ assert jnp.allclose(model(tokens), logits, atol=1e-5)        # the ablation put 
 # %%
 from attention_jax.decoding.generate import generate  # noqa: E402
 
-tokenizer = load_tokenizer(corpus)
 ids = generate(model, tokenizer.encode("ROMEO:").ids, 60, key=jax.random.key(0), temperature=0.8)
 print(tokenizer.decode(ids.tolist()))
 assert tokenizer.decode(ids.tolist()).startswith("ROMEO:") and len(ids) == len(tokenizer.encode("ROMEO:").ids) + 60
@@ -243,8 +240,7 @@ from experiments import induction  # noqa: E402
 heads = induction.EXPERIMENT(preset="paper" if EXPECTED != "cpu" else "smoke", out="results", no_progress=True)
 display(heads)                                               # noqa: F821
 display(heads.figures["induction.png"])                      # noqa: F821
-two = next(r for r in heads.rows if r["name"] == "two_layers")
-model = rows.load_model(two, heads.folder)
+model = induction.EXPERIMENT.reopen("two_layers", preset=heads.preset).model   # the two-layer model
 b = repeated_segments(1, 0, batch=1, length=model.config.context, vocab=model.config.vocab_size, shortest=12, longest=32)
 f, s = int(b["first"][0]), int(b["span"][0])
 at = f + 2 * s - 2                                           # the second copy's last but one token
