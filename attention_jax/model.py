@@ -28,8 +28,8 @@ from flax import nnx
 from attention_jax import functional as F
 from attention_jax.config import ModelConfig
 from attention_jax.layers import (  # noqa: F401  (Hook, masks, check_ids: part of the model's API)
-    Bidirectional, CausalMask, Dense, Hook, LayerNorm, PositionTable, SinusoidalPositions, check_ids, compute_dtype,
-    dropout, embedding_init, projection, TokenEmbed)
+    Bidirectional, CausalMask, Dense, Hook, LayerNorm, PositionTable, SinusoidalPositions,
+    check_ids, compute_dtype, dropout, embedding_init, projection, TokenEmbed)
 
 # --- context mixers --------------------------------------------------------------------------
 
@@ -37,11 +37,13 @@ class UniformAverage(nnx.Module):
     """Each position becomes the mean of its prefix: attention with every score equal."""
 
     def __call__(self, x):
-        return jnp.einsum("TS,...SD->...TD", F.uniform_causal_weights(x.shape[-2]).astype(x.dtype), x)
+        weights = F.uniform_causal_weights(x.shape[-2]).astype(x.dtype)
+        return jnp.einsum("TS,...SD->...TD", weights, x)
 
 
 class DotProductAttention(nnx.Module):
-    """softmax(q·kᵀ/√d + bias) under the mask, dropout on the weights, times v: `F.attention`'s steps.
+    """softmax(q·kᵀ/√d + bias) under the mask, dropout on the weights, times v: `F.attention`'s
+    steps.
 
     Hook points, each [B, H, T, S]: scores (scaled, plus the ALiBi bias, before the mask) and
     weights (after the softmax, before dropout). `mask` is a part (`CausalMask`), so a mask of
@@ -56,7 +58,8 @@ class DotProductAttention(nnx.Module):
 
     def __call__(self, q, k, v, *, bias=None, mask=None):   # q [B, H, T, D], k and v [B, H, S, D]
         scores = self.hook_scores(F.attention_scores(q, k, scale=self.scale, bias=bias))
-        weights = self.hook_weights(F.masked_softmax(scores, self.mask(q.shape[-2]) if mask is None else mask))
+        mask = self.mask(q.shape[-2]) if mask is None else mask
+        weights = self.hook_weights(F.masked_softmax(scores, mask))
         return F.mix(weights if self.dropout is None else self.dropout(weights), v)
 
 
@@ -106,7 +109,7 @@ class Head(_Attention):
         self.k = projection(config, rngs, d, dh, bias=config.qkv_bias)
         self.v = projection(config, rngs, d, dh, bias=config.qkv_bias)
 
-    def project(self, x):                                    # [B, T, D] -> q, k, v [B, 1, T, D_head]
+    def project(self, x):                                   # [B, T, D] -> q, k, v [B, 1, T, D_head]
         return tuple(p(x)[..., None, :, :] for p in (self.q, self.k, self.v))
 
     def output(self, z):                                     # [B, 1, T, D_head] -> [B, T, D_head]
@@ -114,12 +117,14 @@ class Head(_Attention):
 
     def head_weights(self) -> dict:
         """q, k, v [1, D, D_head] and o (None: one head has no output projection)."""
-        return {"q": self.q.kernel[...][None], "k": self.k.kernel[...][None], "v": self.v.kernel[...][None], "o": None}
+        return {"q": self.q.kernel[...][None], "k": self.k.kernel[...][None],
+                "v": self.v.kernel[...][None], "o": None}
 
     def head_biases(self) -> dict:
         """q, k, v's biases [1, D_head] (zeros without them)."""
         zero = jnp.zeros((1, self.config.d_head_used))
-        return {c: zero if p.bias is None else p.bias[...][None] for c, p in zip("qkv", (self.q, self.k, self.v))}
+        return {c: zero if p.bias is None else p.bias[...][None]
+                for c, p in zip("qkv", (self.q, self.k, self.v))}
 
 
 class MultiHeadAttention(_Attention):
@@ -127,30 +132,36 @@ class MultiHeadAttention(_Attention):
 
     def __init__(self, config: ModelConfig, *, rngs: nnx.Rngs):
         d, h, dh = config.d_model, config.heads_used, config.d_head_used
-        self.qkv = projection(config, rngs, d, 3 * h * dh, bias=config.qkv_bias)   # one matmul for all
+        # One matmul for all heads' q, k and v.
+        self.qkv = projection(config, rngs, d, 3 * h * dh, bias=config.qkv_bias)
         self.out = projection(config, rngs, h * dh, d, bias=config.bias)
-        super().__init__(config, rngs=rngs)      # after the projections: the order parameters are drawn in
+        super().__init__(config, rngs=rngs)   # after the projections: parameters drawn in order
 
-    def project(self, x):                                    # [B, T, D] -> q, k, v [B, H, T, D_head]
+    def project(self, x):                                   # [B, T, D] -> q, k, v [B, H, T, D_head]
         return tuple(jnp.moveaxis(self.columns(self.qkv(x)), (-3, -2), (0, -3)))
 
     def output(self, z):                                     # [B, H, T, D_head] -> [B, T, D]
         return self.out(jnp.swapaxes(z, -3, -2).reshape(*z.shape[:-3], z.shape[-2], -1))
 
     def columns(self, a):
-        """The last axis of the qkv product (or of its kernel) as [..., q|k|v, H, D_head]: its layout."""
+        """The last axis of the qkv product (or of its kernel) as [..., q|k|v, H, D_head]: its
+        layout."""
         return a.reshape(*a.shape[:-1], 3, self.config.heads_used, self.config.d_head_used)
 
     def head_weights(self) -> dict:
         """q, k, v [H, D, D_head] and o [H, D_head, D], read out of the shared kernels."""
-        q, k, v = (jnp.moveaxis(w, 1, 0) for w in jnp.moveaxis(self.columns(self.qkv.kernel[...]), 1, 0))
+        columns = jnp.moveaxis(self.columns(self.qkv.kernel[...]), 1, 0)       # [q|k|v, D, H, d]
+        q, k, v = (jnp.moveaxis(w, 1, 0) for w in columns)
         cfg = self.config
-        return {"q": q, "k": k, "v": v, "o": self.out.kernel[...].reshape(cfg.heads_used, cfg.d_head_used, cfg.d_model)}
+        o = self.out.kernel[...].reshape(cfg.heads_used, cfg.d_head_used, cfg.d_model)
+        return {"q": q, "k": k, "v": v, "o": o}
 
     def head_biases(self) -> dict:
         """q, k, v's biases [H, D_head], read out of the shared bias (zeros without one)."""
         b, cfg = self.qkv.bias, self.config
-        return dict(zip("qkv", jnp.zeros((3, cfg.heads_used, cfg.d_head_used)) if b is None else self.columns(b[...])))
+        zeros = jnp.zeros((3, cfg.heads_used, cfg.d_head_used))
+        biases = zeros if b is None else self.columns(b[...])
+        return dict(zip("qkv", biases))
 
 
 class FeedForward(nnx.Module):
@@ -169,7 +180,8 @@ class FeedForward(nnx.Module):
 
 
 _MIXERS = {"none": None, "average": lambda c, rngs: UniformAverage(),
-           "head": lambda c, rngs: Head(c, rngs=rngs), "heads": lambda c, rngs: MultiHeadAttention(c, rngs=rngs)}
+           "head": lambda c, rngs: Head(c, rngs=rngs),
+           "heads": lambda c, rngs: MultiHeadAttention(c, rngs=rngs)}
 
 
 class Block(nnx.Module):
@@ -192,7 +204,8 @@ class Block(nnx.Module):
         self.ln1, self.ln2 = norm(self.mixer), norm(self.ffn)
         self.drop = dropout(config, rngs)
         self.hook_resid_pre, self.hook_mixer_in, self.hook_mixer_out = Hook(), Hook(), Hook()
-        self.hook_resid_mid, self.hook_ffn_in, self.hook_ffn_out, self.hook_resid_post = Hook(), Hook(), Hook(), Hook()
+        self.hook_resid_mid, self.hook_ffn_in = Hook(), Hook()
+        self.hook_ffn_out, self.hook_resid_post = Hook(), Hook()
 
     def _sublayer(self, x, f, ln, residual, hook_in, hook_out):
         post = ln is not None and self.config.post_norm
@@ -207,7 +220,8 @@ class Block(nnx.Module):
     def __call__(self, x):
         x = self.hook_resid_pre(x)
         if self.mixer is not None:
-            x = self._sublayer(x, self.mixer, self.ln1, self.config.residual, self.hook_mixer_in, self.hook_mixer_out)
+            x = self._sublayer(x, self.mixer, self.ln1, self.config.residual, self.hook_mixer_in,
+                               self.hook_mixer_out)
         x = self.hook_resid_mid(x)
         if self.ffn is not None:
             x = self._sublayer(x, self.ffn, self.ln2, True, self.hook_ffn_in, self.hook_ffn_out)
@@ -215,7 +229,8 @@ class Block(nnx.Module):
 
 
 class LanguageModel(nnx.Module):
-    """tokens [B, T] -> logits [B, T, V]: `embed` (tokens + positions), blocks, `unembed` (final norm, output).
+    """tokens [B, T] -> logits [B, T, V]: `embed` (tokens + positions), blocks, `unembed` (final
+    norm, output).
 
     Hook points: embed (the token vectors), positions (the [T, D] position vectors added to
     them, learned or sinusoidal), final (the stream after the last block), ln_final (after
@@ -225,10 +240,12 @@ class LanguageModel(nnx.Module):
     def __init__(self, config: ModelConfig, *, rngs: nnx.Rngs):
         d = config.d_model
         self.config = config
-        self.token_embed = TokenEmbed(config.vocab_size, d, embedding_init=embedding_init(config.init), rngs=rngs)
-        self.position_embed = (PositionTable(config.max_positions_used, d, embedding_init=embedding_init(config.init),
-                                             rngs=rngs) if config.positions == "learned" else
-                               SinusoidalPositions(d) if config.positions == "sinusoidal" else None)
+        init = embedding_init(config.init)
+        self.token_embed = TokenEmbed(config.vocab_size, d, embedding_init=init, rngs=rngs)
+        self.position_embed = (
+            PositionTable(config.max_positions_used, d, embedding_init=init, rngs=rngs)
+            if config.positions == "learned" else
+            SinusoidalPositions(d) if config.positions == "sinusoidal" else None)
         self.drop = dropout(config, rngs)
         self.blocks = nnx.List([Block(config, rngs=rngs) for _ in range(config.n_layers)])
         # Pre-norm leaves the residual stream unnormalised, so it gets one LayerNorm at the end.
@@ -241,18 +258,20 @@ class LanguageModel(nnx.Module):
         self.hook_ln_final, self.hook_logits = Hook(), Hook()
 
     def embed(self, tokens):
-        """Token ids [B, T] -> the residual stream's start [B, T, D]: token vectors plus positions."""
+        """Token ids [B, T] -> the residual stream's start [B, T, D]: token vectors plus
+        positions."""
         cfg, T = self.config, tokens.shape[-1]
         check_ids(tokens, cfg.vocab_size)
         dtype = compute_dtype(cfg)
         x = self.token_embed(tokens)
-        x = self.hook_embed(x.astype(dtype or jnp.float32))     # the stream's dtype, whatever the table is stored in
-        if self.position_embed is not None:                     # learned or sinusoidal: a vector added a position
+        x = self.hook_embed(x.astype(dtype or jnp.float32))   # the stream's dtype, not the table's
+        if self.position_embed is not None:                   # learned or sinusoidal: added
             x = x + self.hook_positions(self.position_embed.rows(T).astype(x.dtype))
         return x if self.drop is None else self.drop(x)
 
     def unembed(self, x):
-        """The residual stream [B, T, D] -> logits [B, T, V]: final norm (pre-norm models), output layer."""
+        """The residual stream [B, T, D] -> logits [B, T, V]: final norm (pre-norm models), output
+        layer."""
         x = self.hook_final(x)
         if self.ln_f is not None:
             x = self.hook_ln_final(self.ln_f(x))
