@@ -18,7 +18,9 @@ MIXERS = ("none", "average", "head", "heads")
 POSITIONS = ("none", "learned", "sinusoidal", "rope", "alibi")
 NORMS = ("pre", "post")
 INITS = ("torch", "gpt2")
-DTYPES = ("float32", "bfloat16")       # compute dtype; parameters and optimizer state stay float32
+# The compute dtype; parameters and optimizer state stay float32. float16 (a T4's tensor cores)
+# trains with a dynamic loss scale (train.loss_scale); bfloat16 has float32's range and needs none.
+DTYPES = ("float32", "bfloat16", "float16")
 GELUS = ("exact", "tanh")
 ACTIVATIONS = ("gelu", "relu")         # the feed-forward's nonlinearity; GELU's form is `gelu`
 
@@ -81,7 +83,7 @@ class ModelConfig:
     norm: str = "pre"                  # LayerNorm on each sub-layer's input, or after the add
     scale: bool = True                 # divide scores by √d_head
     dropout: float = 0.0               # attention weights, sub-layer outputs, embedding sum
-    dtype: str = "float32"             # compute dtype: bfloat16 = mixed precision
+    dtype: str = "float32"             # compute dtype: bfloat16 or float16 = mixed precision
     tie_embeddings: bool = False       # output layer reuses the token table
     bias: bool = True                  # biases in W_o, feed-forward, LayerNorm, output layer
     qkv_bias: bool = False             # the chapter's heads have none; GPT-2's do

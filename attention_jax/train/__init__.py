@@ -2,9 +2,9 @@
 
 `engine`: the compiled init / step / evaluation of one (model, training) configuration
 for one or N seeds, and the cache Engines can share them through; `objective`: the loss and
-the optimizer; `loop`: `fit`, which trains with progress, metrics, checkpoints and
-resume; `checkpoints`: orbax saves, recorded and checksummed; `tasks`: what a run
-trains on and how it is scored.
+the optimizer; `loss_scale`: float16's dynamic loss scale; `loop`: `fit`, which trains with
+progress, metrics, checkpoints and resume; `checkpoints`: orbax saves, recorded and
+checksummed; `tasks`: what a run trains on and how it is scored.
 """
 from attention_jax.config import TrainConfig
 from attention_jax.train.checkpoints import Checkpoints, run_record

@@ -12,7 +12,8 @@ alike; the Winograd toy scores one token). What to sample lives with the task
 (`attention_jax.data`); the engine only places batches on devices.
 
 The step's metrics (loss, learning rate, global gradient norm, gradient norm per block)
-stay on: a few reductions over the gradients. Every compiled function computes with
+stay on: a few reductions over the gradients. A float16 model's step scales its loss and skips
+an update whose gradients are not finite (`train.loss_scale`), reporting both. Every compiled function computes with
 `speed` (default `Speed()`: the fastest attention on the engine's devices, or on `backend`, and
 the hand-written dense backward) swapped into the model; `speed=None` trains the model as built.
 
@@ -39,7 +40,7 @@ from attention_jax.fingerprint import Keyed
 from attention_jax.model import LanguageModel, check_ids
 from attention_jax.speed import Speed, fast
 from attention_jax.speed.backend import backend_of
-from attention_jax.train import memory
+from attention_jax.train import loss_scale, memory
 from attention_jax.train.distributed import local, put, to_host
 from attention_jax.train.program_cache import ProgramCache
 from attention_jax.train.objective import (OPTIMIZER_FIELDS, block_grad_norms, cross_entropy,
@@ -87,7 +88,7 @@ class Engine:
     # -- the pure functions, and their compiled forms --------------------------------------
     def _build(self, key):
         model = LanguageModel(self.model_config, rngs=nnx.Rngs(key))
-        return model, nnx.Optimizer(model, self.tx, wrt=nnx.Param)
+        return model, loss_scale.optimizer(model, self.tx, self.model_config.dtype)
 
     def _faster(self, model):
         """`model` with the speed's forms swapped in, for the `with` block."""
@@ -100,16 +101,14 @@ class Engine:
     def _step_one(self, state, batch):
         model, opt = nnx.merge(self.graphdef, state)
         lr = self.schedule(opt.step[...]) if callable(self.schedule) else jnp.asarray(self.schedule)
+        loss_of = lambda m: self.loss(m(batch["x"]), batch["y"], batch.get("weights"))
         with self._faster(model):
-            loss, grads = nnx.value_and_grad(
-                lambda m: self.loss(m(batch["x"]), batch["y"], batch.get("weights")))(model)
-        opt.update(model, grads)
-        if not self.step_metrics:
-            return nnx.state((model, opt)), {"loss": loss}
-        metrics = {"loss": loss, "lr": jnp.asarray(lr, jnp.float32),
-                   "grad_norm": optax.tree.norm(grads),
-                   "block_grad_norm": block_grad_norms(grads, self.model_config.n_layers)}
-        return nnx.state((model, opt)), metrics
+            loss, grads, scaling = loss_scale.value_and_grad(loss_of, model, opt)
+        loss_scale.update(opt, model, grads, scaling)   # float16: skipped where not finite
+        metrics = {"loss": loss} if not self.step_metrics else {
+            "loss": loss, "lr": jnp.asarray(lr, jnp.float32), "grad_norm": optax.tree.norm(grads),
+            "block_grad_norm": block_grad_norms(grads, self.model_config.n_layers)}
+        return nnx.state((model, opt)), {**metrics, **scaling}
 
     def _nll_one(self, state, x, y, weights):
         model, _ = nnx.merge(self.graphdef, state)

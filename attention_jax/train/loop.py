@@ -37,7 +37,8 @@ from attention_jax.train.distributed import is_writer, to_host
 from attention_jax.train.engine import Engine
 from attention_jax.train.tasks import Task
 
-STEP_METRICS = ("loss", "lr", "grad_norm", "block_grad_norm")
+# What a step reports: float16's step adds its loss scale and whether it was skipped.
+STEP_METRICS = ("loss", "lr", "grad_norm", "block_grad_norm", "loss_scale", "skipped")
 ACCELERATOR_STEPS_PER_CALL = 16
 
 
@@ -275,7 +276,7 @@ def read_metrics(metrics_file: pathlib.Path | None, step: int) -> tuple[list[dic
             continue
         if not isinstance(at, int) or not 0 < at <= step:
             continue
-        if "loss" in r and set(r) <= {"step", *STEP_METRICS}:   # all four, or the loss alone
+        if "loss" in r and set(r) <= {"step", *STEP_METRICS}:   # all of them, or the loss alone
                                                                 # (step_metrics=False)
             steps[at] = r
         elif "seconds" not in r:
