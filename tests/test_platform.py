@@ -237,3 +237,24 @@ def test_an_experiment_that_shares_the_accelerator_reserves_none_of_it_up_front(
     monkeypatch.setattr(everything, "run_one", lambda name, args: seen.update(all=os.environ.get("XLA_PYTHON_CLIENT_PREALLOCATE")))
     everything.main(["--preset", "smoke", "--only", "averaging,throughput", "--out", str(tmp_path)])
     assert seen["all"] == "false"
+
+
+class FakeGpu:
+    platform, client = "gpu", None
+
+    def __init__(self, capability):
+        self.compute_capability = capability
+
+
+@pytest.mark.parametrize("devices, dtype, said", [
+    ([FakeGpu("7.5")], "float16", "cuda (compute capability 7.5): tensor cores for float16 and none for bfloat16"),
+    ([FakeGpu("8.0")], "bfloat16", "cuda (compute capability 8): bfloat16 tensor cores"),
+    ("tpu", "bfloat16", "tpu: a TPU's matrix units multiply bfloat16"),
+])
+def test_the_first_line_names_the_dtype_a_gpu_or_tpu_should_train_in(devices, dtype, said):
+    """A T4 (7.5) gets float16, an A100 (8.0) and a TPU bfloat16: said on the backend line, and kept in
+    results.json; a CPU's line says nothing new."""
+    summary = {**platform.backend_summary(), **platform.accelerator_dtype(devices)}
+    assert summary["dtype"] == dtype and summary["dtype_why"].startswith(said), summary["dtype_why"]
+    assert platform.describe_backend(summary).endswith(f"; train in --dtype {dtype} ({summary['dtype_why']})")
+    assert platform.accelerator_dtype("cpu") == {} and "--dtype" not in platform.describe_backend()

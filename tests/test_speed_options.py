@@ -87,3 +87,21 @@ def test_decoding_with_the_cache_is_said_to_run_the_reference_and_does():
     forward = jax.jit(lambda tokens: model(tokens)).lower(prompt).as_text(debug_info=True)
     forms = lambda text: {f for f in ("causal_halves", "chunked", "fused") if f"attention_{f}" in text}
     assert forms(forward) == {"causal_halves"} and forms(cached) == set()
+
+
+@pytest.mark.parametrize("backend, dtype", [
+    (Backend("cuda", 7.5), "float16"),      # a T4: float16 tensor cores only
+    (Backend("cuda", 7.0), "float16"),      # a V100
+    (Backend("cuda", 8.0), "bfloat16"),     # an A100
+    (Backend("cuda", 8.9), "bfloat16"),     # an L4
+    (Backend("cuda", 9.0), "bfloat16"),     # an H100
+    (Backend("cuda"), "bfloat16"),          # capability not known: a current one
+    ("tpu", "bfloat16"),
+    ("cpu", "float32"),
+    ("rocm", "float32"),
+])
+def test_each_backend_is_told_the_dtype_it_trains_fastest_in(backend, dtype):
+    from attention_jax.speed import dtype_for
+    chosen, why = dtype_for(backend)
+    assert chosen == dtype and ModelConfig(dtype=chosen).dtype == chosen and why and "\n" not in why
+    assert ("loss scale" in why) == (dtype != "float32")

@@ -79,3 +79,24 @@ class Speed:
         if why:
             return f"fused (XLA's kernel; {why})"
         return f"fused ({'cuDNN' if kernel == 'cudnn' else 'XLA'})"
+
+
+def dtype_for(backend=None) -> tuple[str, str]:
+    """The compute dtype (`ModelConfig.dtype`) a model trains fastest in on `backend`
+    (`backend_of`'s; None: the default devices), and why, in words: bfloat16 on a TPU and on an
+    NVIDIA GPU of compute capability 8.0 or more (or not known); float16 below 8.0, whose tensor
+    cores take no bfloat16 (a T4: 7.5), with a loss scale; float32 on a CPU or an AMD GPU."""
+    from attention_jax.speed.backend import backend_of
+    b = backend_of(backend)
+    if b.platform == "tpu":
+        return "bfloat16", "a TPU's matrix units multiply bfloat16: float32's range, no loss scale"
+    if b.platform == "cuda" and b.capability is not None and b.capability < 8.0:
+        return "float16", ("tensor cores for float16 and none for bfloat16 below compute "
+                           "capability 8.0; trained with a dynamic loss scale")
+    if b.platform == "cuda":
+        return "bfloat16", ("bfloat16 tensor cores from compute capability 8.0: float32's range, "
+                            "no loss scale")
+    if b.platform == "rocm":
+        return "float32", "an AMD GPU: no half-precision step measured on one"
+    return "float32", ("a CPU: a half-precision model is no faster; bfloat16 products alone are, "
+                       "with bfloat16 units (Speed(matmul_dtype='bfloat16'))")

@@ -1,6 +1,8 @@
 """What this machine is: the accelerator JAX found, and a malloc tuned for XLA on a CPU.
 
-`accelerator()` picks the default preset (paper on a GPU/TPU, cpu otherwise).
+`accelerator()` picks the default preset (paper on a GPU/TPU, cpu otherwise);
+`accelerator_dtype()` names the compute dtype a GPU or TPU should train in (float16 on a T4,
+bfloat16 from compute capability 8.0 and on a TPU) for the first line to say.
 `check_backend()` is a loud warning (or None) when a GPU/TPU plugin is installed but JAX runs
 on the CPU (a jax upgraded without its plugin: jaxlib refuses the plugin and falls back
 without an error). `backend_summary()` is what JAX runs on, with the versions, for
@@ -241,7 +243,20 @@ def backend_summary() -> dict:
         "host": host_cpu(),
         "compile_cache": compile_cache.in_use(),
         "warning": check_backend(jax.default_backend()),
+        **accelerator_dtype(devices),
     }
+
+
+def accelerator_dtype(devices) -> dict:
+    """On a GPU or TPU, the compute dtype its training should get and why (`speed.dtype_for`):
+    {"dtype": ..., "dtype_why": ...}, for the first line to name; {} on a CPU, whose line says
+    nothing new."""
+    from attention_jax.speed import backend_of, dtype_for
+    backend = backend_of(devices)
+    if backend.cpu:
+        return {}
+    dtype, why = dtype_for(backend)
+    return {"dtype": dtype, "dtype_why": f"{backend}: {why}"}
 
 
 def describe_backend(summary: dict | None = None) -> str:
@@ -250,5 +265,6 @@ def describe_backend(summary: dict | None = None) -> str:
     s = summary if summary is not None else backend_summary()
     plugins = ", ".join(f"{n} {v}" for n, v in s["plugins"].items()) or "no plugin"
     host = f"; host: {describe_host(s['host'])}" if s.get("host") else ""
+    dtype = f"; train in --dtype {s['dtype']} ({s['dtype_why']})" if s.get("dtype") else ""
     return (f"backend: {s['backend']} ({s['device_count']} x {', '.join(s['device_kinds'])}), "
-            f"jax {s['jax']}, jaxlib {s['jaxlib']}, flax {s['flax']}, {plugins}{host}")
+            f"jax {s['jax']}, jaxlib {s['jaxlib']}, flax {s['flax']}, {plugins}{host}{dtype}")
