@@ -13,9 +13,10 @@ alike; the Winograd toy scores one token). What to sample lives with the task
 
 The step's metrics (loss, learning rate, global gradient norm, gradient norm per block)
 stay on: a few reductions over the gradients. A float16 model's step scales its loss and skips
-an update whose gradients are not finite (`train.loss_scale`), reporting both. Every compiled function computes with
-`speed` (default `Speed()`: the fastest attention on the engine's devices, or on `backend`, and
-the hand-written dense backward) swapped into the model; `speed=None` trains the model as built.
+an update whose gradients are not finite (`train.loss_scale`), reporting both. Every compiled
+function computes with `speed` (default `Speed()`: the fastest attention on the engine's
+devices, or on `backend`, and the hand-written dense backward) swapped into the model;
+`speed=None` trains the model as built.
 
 The compiled functions are the Engine's own (`_compile`). jit keeps its traces per function object,
 so two Engines of one configuration would trace and compile twice: Engines handed one

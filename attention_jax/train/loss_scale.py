@@ -50,6 +50,11 @@ def value_and_grad(loss_of, model, opt: nnx.Optimizer):
     `model` (dropout's streams) is kept."""
     if not isinstance(opt, ScaledOptimizer):
         return (*nnx.value_and_grad(loss_of)(model), {})
+    return _scaled(loss_of, model, opt)
+
+
+@jax.named_scope("scaled_loss")     # the name the programs' tests look for
+def _scaled(loss_of, model, opt: ScaledOptimizer):
     graphdef, params, rest = nnx.split(model, nnx.Param, ...)
 
     def scaled(params, rest):
