@@ -5,17 +5,23 @@
 #   bash tools/device_check.sh prepare      # here, once: the corpus and flax wheels, in ignored folders
 #   run(command="bash tools/device_check.sh", carry=[".devdata", ".whl"], timeout_s=540)   # the device tool
 #
+# First, in seconds: JAX must see the accelerator asked for (EXPECT=gpu, the default, or tpu; cpu
+# for the plumbing on a CPU), else one line and exit 3, before any minute is spent: a CUDA plugin
+# that fails to load leaves JAX on the CPU, where the ladder would train until the call's limit.
 # On the device machine (its own python3 with jax and a CUDA plugin; nothing can be fetched there)
-# it first checks, in seconds, that flax's nnx and this project import and take a gradient on the
-# image's own jax, with the image's own flax when that fits, else with the newest carried flax
-# wheel that does (flax 0.12.8 needs jax < 0.11, 0.12.10 and later jax >= 0.11.1), and stops
-# with one line when none does, before any minute is spent. Then it prints the versions and the
-# GPU, runs tools/fused_parity.py, trains the paper-preset ladder (all ten rows, the goal: under 2
-# minutes of wall time including compiles) and times the one-block step for every attention form
-# and dtype (tokens/s, MFU against the GPU's own measured matmul peak). What comes back under
-# $OUT: versions.log, fused_parity.log, ladder.log, ladder_table.md, ladder_results.json,
-# throughput.log, throughput_table.md. docs/performance.md ("On a GPU") estimates its time on an
-# H100. `PRESET=smoke bash tools/device_check.sh` runs the same plumbing on a CPU in about two
+# it then checks that flax's nnx and this project import and take a gradient on the image's own
+# jax, with the image's own flax when that fits, else with the newest carried flax wheel that does
+# (flax 0.12.8 needs jax < 0.11, 0.12.10 and later jax >= 0.11.1), and stops with one line when
+# none does. Then it prints the versions, the GPU and the estimate for it (experiments/estimates.py:
+# the paper ladder's FLOPs at nanoGPT's measured share of the device's peak, and twice that for a
+# second try), runs tools/fused_parity.py, trains the paper-preset ladder in the GPU's dtype
+# (speed.dtype_for: float16 on a T4, bfloat16 from compute capability 8.0; each row's seconds
+# printed as it finishes) and times the one-block step for every attention form and dtype (tokens/s,
+# MFU against the GPU's own measured matmul peak). Each step runs under its own limit
+# (PARITY_LIMIT, LADDER_LIMIT, THROUGHPUT_LIMIT, in seconds), so a slow ladder still leaves the
+# throughput figures. What comes back under $OUT: versions.log, fused_parity.log, ladder.log,
+# ladder_table.md, ladder_results.json, throughput.log, throughput_table.md.
+# `PRESET=smoke EXPECT=cpu bash tools/device_check.sh` runs the same plumbing on a CPU in a few
 # minutes (OUT defaults to a temporary folder).
 set -uo pipefail
 cd "$(dirname "$0")/.."
@@ -43,7 +49,7 @@ FITS='import jax, jax.numpy as jnp
 from flax import nnx
 m = nnx.Linear(2, 2, rngs=nnx.Rngs(0))
 nnx.grad(lambda m: m(jnp.ones((1, 2))).sum())(m)
-import attention_jax.train, attention_jax.speed.forms, experiments.ladder, experiments.throughput'
+import attention_jax.train, attention_jax.speed.forms, experiments.ladder, experiments.throughput, experiments.estimates'
 
 # The carried wheels that declare they fit this jax, newest first (a wheel's Requires-Dist: jax>=X).
 candidates() {
@@ -98,7 +104,29 @@ if ! mkdir -p "$OUT" 2>/dev/null || [ ! -w "$OUT" ]; then
   exit 2
 fi
 RESULTS="$(mktemp -d)"
-choose_flax 2>&1 | tee "$OUT/versions.log"
+# The accelerator asked for, or one line and exit 3 (tests/test_device_check.py times it on a CPU).
+EXPECT="${EXPECT:-gpu}"
+SEEN='import sys, jax
+want = sys.argv[1]
+try:
+    got = jax.default_backend()
+except Exception as e:
+    got = "none (" + " ".join(str(e).split())[:160] + ")"
+print(got, jax.devices()[0].device_kind if got in ("gpu", "tpu", "cpu") else "")'
+if ! seen=$(timeout "${SEEN_LIMIT:-60}" python3 -c "$SEEN" "$EXPECT" 2>/dev/null | tail -1); then
+  echo "error: python3 here cannot import jax (or took over ${SEEN_LIMIT:-60} s); install jax with its $EXPECT plugin" \
+       "(docs/install.md), or set EXPECT=cpu for the plumbing alone" | tee "$OUT/versions.log" >&2
+  exit 3
+fi
+backend=${seen%% *}; kind=${seen#* }
+if [ "$backend" != "$EXPECT" ]; then
+  echo "error: JAX runs on $backend here, not the $EXPECT asked for (its plugin did not load, or no device is" \
+       "attached); nothing trained. Fix the plugin (docs/install.md), or set EXPECT=$backend to check on it" \
+       | tee "$OUT/versions.log" >&2
+  exit 3
+fi
+echo "JAX sees the $EXPECT asked for: $kind" | tee "$OUT/versions.log"
+choose_flax 2>&1 | tee -a "$OUT/versions.log"
 [ "${PIPESTATUS[0]}" = 0 ] || exit 2
 site=$(sed -n 's/^flax: carried \(.*\)\.whl$/\1/p' "$OUT/versions.log")    # the pipe's subshell lost the export
 [ -n "$site" ] && export PYTHONPATH="/tmp/site-$site:$PWD"
@@ -110,25 +138,37 @@ export ATTENTION_JAX_DATA="${ATTENTION_JAX_DATA:-$PWD/.devdata}" ATTENTION_JAX_C
   python3 -c "import sys, jax, flax, optax, orbax.checkpoint as o, tokenizers
 print('python', sys.version.split()[0], 'jax', jax.__version__, 'flax', flax.__version__, 'optax', optax.__version__,
       'orbax-checkpoint', o.__version__, 'tokenizers', tokenizers.__version__, 'devices', jax.devices())"
+  python3 -m experiments.estimates --device "$kind"
+  python3 -c "from attention_jax.speed import dtype_for; print('dtype: %s (%s)' % dtype_for())"
 } 2>&1 | tee -a "$OUT/versions.log"
+DTYPE=$(sed -n 's/^dtype: \([a-z0-9]*\) .*/\1/p' "$OUT/versions.log")
+
+# A step under its own limit: a step past it is stopped (exit 124), the next one still runs.
+limited() { local limit=$1; shift; timeout --kill-after=10 "$limit" "$@"; }
 
 # Which kernel the fused backend runs (cuDNN's flash kernel in half precision, by name) and
 # its parity with the reference, forward and gradients, with and without an ALiBi bias.
-python3 tools/fused_parity.py 2>&1 | tee "$OUT/fused_parity.log"
+limited "${PARITY_LIMIT:-90}" python3 tools/fused_parity.py 2>&1 | tee "$OUT/fused_parity.log"
 parity_status=${PIPESTATUS[0]}
 
+# Each row's line, with its seconds, is printed as the row finishes.
 start=$(date +%s)
-python3 -m experiments.ladder --preset "$PRESET" --no-progress --out "$RESULTS" 2>&1 | tee "$OUT/ladder.log"
+limited "${LADDER_LIMIT:-270}" python3 -m experiments.ladder --preset "$PRESET" --dtype "${DTYPE:-float32}" \
+  --no-progress --out "$RESULTS" 2>&1 | tee "$OUT/ladder.log"
 ladder_status=${PIPESTATUS[0]}
-echo "ladder --preset $PRESET: exit $ladder_status, $(( $(date +%s) - start )) s wall including compiles" | tee -a "$OUT/ladder.log"
+echo "ladder --preset $PRESET --dtype ${DTYPE:-float32}: exit $ladder_status$([ "$ladder_status" = 124 ] && echo \
+  " (stopped at its ${LADDER_LIMIT:-270} s limit)"), $(( $(date +%s) - start )) s wall including compiles" \
+  | tee -a "$OUT/ladder.log"
 cp "$RESULTS/ladder/table.md" "$OUT/ladder_table.md" 2>/dev/null
 cp "$RESULTS/ladder/results.json" "$OUT/ladder_results.json" 2>/dev/null
 
 start=$(date +%s)
-python3 -m experiments.throughput --preset "$PRESET" --no-torch --attention causal_halves,reference,chunked,fused \
-  --dtype float32,bfloat16 --json --out "$RESULTS" 2>&1 | tee "$OUT/throughput.log"
+limited "${THROUGHPUT_LIMIT:-150}" python3 -m experiments.throughput --preset "$PRESET" --no-torch \
+  --attention causal_halves,reference,chunked,fused --dtype float32,bfloat16 --json --out "$RESULTS" 2>&1 \
+  | tee "$OUT/throughput.log"
 throughput_status=${PIPESTATUS[0]}
-echo "throughput --preset $PRESET: exit $throughput_status, $(( $(date +%s) - start )) s wall" | tee -a "$OUT/throughput.log"
+echo "throughput --preset $PRESET: exit $throughput_status$([ "$throughput_status" = 124 ] && echo \
+  " (stopped at its ${THROUGHPUT_LIMIT:-150} s limit)"), $(( $(date +%s) - start )) s wall" | tee -a "$OUT/throughput.log"
 cp "$RESULTS/throughput/table.md" "$OUT/throughput_table.md" 2>/dev/null
 
 # Say what is there, never more: a step that failed left its file out, and the status says so too.
