@@ -4,7 +4,8 @@ The model and its optimizer live as one `nnx.State` pytree and the step is a pur
 function `state, batch -> state, metrics` that merges, differentiates, updates and
 splits. Being pure, the same step runs for one seed or, under `jax.vmap`, for N seeds in
 one compiled program; the state is what orbax saves, so a resumed run continues bit for
-bit; and with several devices the batch axis is sharded over all of them.
+bit (on a CPU; docs/install.md says why not on a GPU); and with several devices the batch
+axis is sharded over all of them.
 
 A batch is a dict of host arrays: `x` and `y` [B, T] token ids and, optionally,
 `weights` [B, T], how much each position's loss counts (the default: every position

@@ -3,9 +3,10 @@
 `fit` trains one configuration on a `Task` for one or N seeds. With a `workdir` it appends
 every step's metrics and every evaluation to `metrics.jsonl`, saves an orbax checkpoint
 every `checkpoint_every` steps, at the end and on Ctrl-C, and resumes from the latest intact
-one: batches depend only on (seed, step) and the whole state is checkpointed, so a resumed
-run ends bit for bit where an uninterrupted one would. The curves survive a resume too (read
-back from the metrics file).
+one: batches depend only on (seed, step) and the whole state is checkpointed (float16's loss
+scale included), so a resumed run ends bit for bit where an uninterrupted one would on a CPU (a
+GPU's scatters and cuDNN's backward are not deterministic by default: to float rounding there,
+docs/install.md). The curves survive a resume too (read back from the metrics file).
 
 A loss that stops being finite ends the run with one line (`TrainingDiverged`) before that
 state is saved. A preemption notice (JAX's distributed runtime) saves the step all processes
