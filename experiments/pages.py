@@ -106,7 +106,7 @@ def take_smoke(run: pathlib.Path, damaged: list[str], *, first: bool = False) ->
     --help: as `first_run` (`first`: from empty caches, JAX's compiled programs and the tokenizer's
     too) or as `seconds` (the compiled programs cached), the other kept as it was; a results file
     there that cannot be read is left out, a line in `damaged` saying so."""
-    seconds, cores, flag = {}, set(), "--take-smoke-first" if first else "--take-smoke"
+    seconds, cores, loads, flag = {}, set(), [], "--take-smoke-first" if first else "--take-smoke"
     for name in EXPERIMENTS:
         path, again = run / name / "results.json", f"run {name}'s smoke preset into {run} again"
         if not path.is_file():
@@ -123,14 +123,19 @@ def take_smoke(run: pathlib.Path, damaged: list[str], *, first: bool = False) ->
         except ValueError as e:
             damaged.append(str(committed.damaged(path, str(e), again)))
         cores.add(((found.get("backend") or {}).get("host") or {}).get("cores"))
+        load = (found.get("time") or {}).get("load")
+        loads += [load[1]] if isinstance(load, list) and len(load) == 3 else []    # its 5 minutes
     if not seconds:
         raise ConfigError(f"{flag} {run}: no smoke-preset results there; give experiments.all's "
                           "--out folder")
     kept = smoke_times([]) if SMOKE.is_file() else committed.Smoke()
     whole = {"command": "python -m experiments.all --preset smoke",
              "cores": next(iter(cores)) if len(cores) == 1 else kept.cores,
-             "seconds": kept.seconds, "first_run": kept.first_run}
+             "seconds": kept.seconds, "first_run": kept.first_run, "load": dict(kept.load)}
     whole["first_run" if first else "seconds"] = seconds
+    whole["load"].pop("first_run" if first else "seconds", None)
+    if loads:
+        whole["load"]["first_run" if first else "seconds"] = max(loads)
     report.atomic_write(SMOKE, json.dumps(whole, indent=1) + "\n")
     return seconds
 

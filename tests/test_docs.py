@@ -242,12 +242,13 @@ def test_take_smoke_says_which_results_it_left_out(tmp_path, monkeypatch, capsys
 def test_the_smoke_columns_hold_a_first_run_and_a_cached_one(tmp_path, monkeypatch):
     """README's smoke column assumed the compiled programs cached, though a first run takes several
     times as long: --take-smoke-first keeps a first run's times beside --take-smoke's (each leaves
-    the other), and the table shows both, with a last row of every table added up."""
+    the other), and the table shows both, with a last row of every table added up that says when
+    the runs shared the machine with other work."""
     from experiments import pages
     from experiments.harness import committed, results_page
-    for folder, wall in (("first", 30.0), ("cached", 9.0)):
+    for folder, wall, load in (("first", 30.0, 6.5), ("cached", 9.0, 1.0)):
         (tmp_path / folder / "averaging").mkdir(parents=True)
-        run = {"preset": "smoke", "claims": [], "time": {"wall_s": wall},
+        run = {"preset": "smoke", "claims": [], "time": {"wall_s": wall, "load": [7.0, load, 2.0]},
                "backend": {"host": {"cores": 2}}}
         (tmp_path / folder / "averaging" / "results.json").write_text(json.dumps(run))
     monkeypatch.setattr(pages, "SMOKE", tmp_path / "smoke_times.json")
@@ -256,9 +257,11 @@ def test_the_smoke_columns_hold_a_first_run_and_a_cached_one(tmp_path, monkeypat
     smoke = committed.smoke_times(tmp_path / "smoke_times.json")
     assert (smoke.seconds, smoke.first_run, smoke.cores) == ({"averaging": 9.0},
                                                               {"averaging": 30.0}, 2)
+    assert smoke.load == {"first_run": 6.5, "seconds": 1.0}       # the 5-minute load of each run
     r = {"preset": "cpu", "claims": [{"claim": "x", "passed": True}], "time": {"wall_s": 4.0}}
     table = results_page.experiments_table({"averaging": r}, smoke, link="{name}.md")
     cells = [[c.strip() for c in line.strip("|").split("|")] for line in table.splitlines()]
     assert cells[0][2:5] == ["smoke, first run", "smoke, cached", "cpu preset, 2 cores"]
     assert cells[2][2:] == ["30 s", "9 s", "4 s", "1 of 1"]
-    assert cells[3][0] == "`experiments.all`"
+    assert cells[3][:2] == ["`experiments.all`", "every table above, one after another, its runs "
+                            "beside other work (load average 6.5 and 1.0 on 2 cores)"]

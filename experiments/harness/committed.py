@@ -93,10 +93,21 @@ class Smoke:
     """The smoke preset's committed times (`python -m experiments.all --preset smoke`), each
     experiment's wall seconds: `first_run` from empty caches (every program compiled, the tokenizer
     trained, every row trained), `seconds` again with the compiled programs cached (rows trained
-    anew); on `cores` cores."""
+    anew); on `cores` cores, the highest 5-minute load average of each run in `load` (a run
+    beside other work is slower than its cores alone make it)."""
     seconds: dict = dataclasses.field(default_factory=dict)
     first_run: dict = dataclasses.field(default_factory=dict)
     cores: int | None = None
+    load: dict = dataclasses.field(default_factory=dict)      # "seconds" / "first_run" -> load
+
+    def shared(self) -> str:
+        """", its runs beside other work (load average 7.2 and 7.1 on 2 cores)", or "" where
+        neither run's load passed its cores."""
+        loads = [self.load[k] for k in ("first_run", "seconds") if k in self.load]
+        if not self.cores or not loads or max(loads) <= self.cores:
+            return ""
+        said = " and ".join(f"{x:.1f}" for x in loads)
+        return f", its runs beside other work (load average {said} on {self.cores} cores)"
 
 
 def _times(x) -> bool:
@@ -113,10 +124,12 @@ def smoke_times(path: pathlib.Path | None = None) -> Smoke:
     found = read_json(path, fix)
     found = found if isinstance(found, dict) else {}
     seconds, first, cores = found.get("seconds"), found.get("first_run", {}), found.get("cores")
-    if not (_times(seconds) and _times(first) and (cores is None or isinstance(cores, int))):
-        shape = '{"seconds": {experiment: seconds}, "first_run": {...}, "cores": N}'
+    load = found.get("load", {})
+    if not (_times(seconds) and _times(first) and _times(load)
+            and (cores is None or isinstance(cores, int))):
+        shape = '{"seconds": {experiment: seconds}, "first_run": {...}, "cores": N, "load": {...}}'
         raise damaged(path, f"not {shape}", fix)
-    return Smoke(seconds, first, cores)
+    return Smoke(seconds, first, cores, load)
 
 
 class Took(NamedTuple):

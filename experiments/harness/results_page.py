@@ -123,7 +123,8 @@ def experiments_table(results: dict[str, dict], smoke: committed.Smoke, *, link:
     if rows:
         said = lambda seconds: minutes(seconds) if seconds else "-"
         rows.append({"command": report.Markdown("`experiments.all`"),
-                     "what": "every table above, one after another", "first": said(total["first"]),
+                     "what": f"every table above, one after another{smoke.shared()}",
+                     "first": said(total["first"]),
                      "smoke": said(total["smoke"]), "time": said(total["cpu"]),
                      "claims": f"{total['held']} of {total['of']}"})
     columns = [("command", "experiment", ""), ("what", "what it regenerates", ""),
