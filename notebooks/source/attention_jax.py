@@ -31,6 +31,9 @@
 # jax alone leaves the plugin behind and JAX silently falls back to the CPU, so the project and
 # a matched jax (`jax[cuda12]` on a GPU, `jax[tpu]` on a TPU) are installed in **one** pip
 # command. If jax was already imported in this session, restart the runtime after installing.
+# The cell then picks the dtype this device trains fastest in and says which: float16 on a T4
+# (compute capability 7.5: float16 tensor cores only, trained with a dynamic loss scale),
+# bfloat16 on an L4, A100 or H100 (8.0 and up) and on a TPU, float32 on a CPU.
 
 # %%
 import importlib.util
@@ -78,9 +81,15 @@ import jax  # noqa: E402
 
 from experiments.harness.platform import backend_summary, check_backend  # noqa: E402
 
+from attention_jax.speed import dtype_for  # noqa: E402
+
 print(backend_summary())
 assert check_backend() is None, check_backend()              # a CUDA plugin installed but JAX on the CPU
 assert jax.default_backend() == EXPECTED, f"expected {EXPECTED}, JAX runs on {jax.default_backend()}"
+DTYPE, WHY = dtype_for()                                     # this device's
+print(f"training dtype: {DTYPE} ({jax.devices()[0].device_kind}: {WHY})")
+capability = float(getattr(jax.devices()[0], "compute_capability", None) or 8.0)   # "7.5" on a T4
+assert DTYPE == {"gpu": "float16" if capability < 8.0 else "bfloat16", "tpu": "bfloat16", "cpu": "float32"}[EXPECTED]
 
 # %% [markdown]
 # ## 2. Why the scores are divided by √d: the softmax's Jacobian
@@ -119,13 +128,19 @@ assert traces["raw q·k"] < 0.1 < 0.9 < traces["q·k / √d"], traces
 # Ten models, each adding one part to the one before: no context, a uniform average, learned
 # positions, a residual, one learned head, four heads, a feed-forward network, LayerNorm, two
 # blocks. The same function the command line runs (`python -m experiments.ladder`) returns the
-# rows, the chapter's claims checked per seed, the tables and the figures.
+# rows, the chapter's claims checked per seed, the tables and the figures, in the dtype chosen
+# above. On a GPU or TPU it trains the paper preset with 3 seeds and expects at least 7 of the
+# 9 claims to hold: that run has never been made on a Colab GPU or TPU, so neither its time nor
+# that count is measured. The cell first prints its estimate for this device (from the runs'
+# FLOPs and the device's published peak: docs/performance.md), training arithmetic alone.
 
 # %%
-from experiments import ladder  # noqa: E402
+from experiments import estimates, ladder  # noqa: E402
 
 PRESET, SEEDS = ("paper", 3) if EXPECTED != "cpu" else ("smoke", 1)
-result = ladder.EXPERIMENT(preset=PRESET, seeds=SEEDS, out="results", no_progress=True)
+if EXPECTED != "cpu":
+    print(estimates.for_device(jax.devices()[0].device_kind, estimates.NOTEBOOK))
+result = ladder.EXPERIMENT(preset=PRESET, seeds=SEEDS, dtype=DTYPE, out="results", no_progress=True)
 display(result)                                              # noqa: F821  (the table and the claims, once)
 for fig in result.figures.values():
     display(fig)                                             # noqa: F821
@@ -146,7 +161,7 @@ assert PRESET == "smoke" or sum(c["passed"] for c in result.claims) >= 7, result
 from attention_jax.data import load_tokens, resolve_corpus, train_val_split  # noqa: E402
 from attention_jax.analysis.inspect import ablate, run_with_cache  # noqa: E402
 
-trained = ladder.EXPERIMENT.reopen("layer_norm", preset=result.preset, seeds=SEEDS)  # results/
+trained = ladder.EXPERIMENT.reopen("layer_norm", preset=result.preset, seeds=SEEDS, dtype=DTYPE)
 model, tokenizer = trained.model, trained.tokenizer                                # in eval mode
 _, val = train_val_split(load_tokens(resolve_corpus(), verbose=False))
 tokens = jnp.asarray(val[None, :24])
