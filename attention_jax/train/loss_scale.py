@@ -2,9 +2,10 @@
 
 float16 holds 2^-24 to 65,504: a backward pass in it loses the small gradients to zero. The loss
 is multiplied by a scale before the backward and the gradients divided by it after (in float32,
-as the parameters are); a step whose gradients are not all finite changes no parameter and no
-optimizer moment, and halves the scale; 2,000 finite steps in a row double it (PyTorch's
-`GradScaler` and flax's defaults, from 2^16). bfloat16 has float32's range and needs none.
+as the parameters are); a step whose gradients are not all finite changes no parameter, moment
+or step count (the learning-rate schedule waits with them), and halves the scale; 2,000 finite
+steps in a row double it (PyTorch's `GradScaler` and flax's defaults, from 2^16). bfloat16 has
+float32's range and needs none.
 
 The scale and its count of finite steps are two variables of the optimizer (`ScaledOptimizer`),
 so they are in the state every checkpoint saves and a resumed run goes on with them. The step
