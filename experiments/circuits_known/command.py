@@ -4,7 +4,7 @@ from __future__ import annotations
 import numpy as np
 
 from experiments.circuits_known import roc
-from experiments.circuits_known.programs import PROGRAMS, built
+from experiments.circuits_known.programs import built
 from experiments.harness import report
 from experiments.harness.experiment import Result
 from experiments.harness.oracles import NOT_MEASURED, absent, missing
