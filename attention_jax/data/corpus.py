@@ -229,8 +229,8 @@ def resolve_corpus(path: str | os.PathLike | None = None, *, download: bool = Tr
     if named:
         candidate = _named(named)
         if not candidate.is_file():
-            raise DataError(f"{DATA_ENV}={named} holds no {CORPUS_NAME} (neither the file nor a folder "
-                            f"holding it); fix it, or {_ways()}")
+            raise DataError(f"{DATA_ENV}={named} holds no {CORPUS_NAME} (neither the file nor a "
+                            f"folder holding it); fix it, or {_ways()}")
         return _verified(candidate)
     cached = cache_dir() / CORPUS_NAME
     if cached.is_file():
