@@ -72,8 +72,19 @@ def normalized_logit_diff(model, clean, corrupted, answer, wrong, *, position: i
     return _Normalized(answer, wrong, position, high, low)
 
 
-@dataclasses.dataclass(frozen=True)
-class _Normalized:
+class _ByValue:
+    """Equal to another of its class by its values (the arrays' too) and hashed alike, so sweeps
+    with an equal metric reuse their programs (its dataclass leaves __eq__ to this: eq=False)."""
+
+    def __hash__(self):
+        return hash(fingerprint(self))
+
+    def __eq__(self, other):
+        return type(other) is type(self) and fingerprint(self) == fingerprint(other)
+
+
+@dataclasses.dataclass(frozen=True, eq=False)
+class _Normalized(_ByValue):
     """(logit_diff - corrupted) / (clean - corrupted): equal to another by its values (the ids'
     too), so sweeps with an equal one reuse their programs."""
     answer: object
@@ -81,12 +92,6 @@ class _Normalized:
     position: int
     clean: float
     corrupted: float
-
-    def __hash__(self):
-        return hash(fingerprint(self))
-
-    def __eq__(self, other):
-        return isinstance(other, _Normalized) and fingerprint(self) == fingerprint(other)
 
     def __call__(self, logits):
         ld = logit_diff(logits, self.answer, self.wrong, position=self.position)
@@ -116,19 +121,13 @@ def kl_divergence(model, clean, *, position: int | None = -1) -> Callable:
     return _Divergence(np.asarray(logp if position is None else logp[:, position]), position)
 
 
-@dataclasses.dataclass(frozen=True)
-class _Divergence:
+@dataclasses.dataclass(frozen=True, eq=False)
+class _Divergence(_ByValue):
     """KL(clean || logits) at `position` (None: every one), the mean over the rest: keyed
     by its values."""
     clean: np.ndarray
     position: int | None
     lower_is_better: typing.ClassVar[bool] = True
-
-    def __hash__(self):
-        return hash(fingerprint(self))
-
-    def __eq__(self, other):
-        return isinstance(other, _Divergence) and fingerprint(self) == fingerprint(other)
 
     def __call__(self, logits):
         return jnp.mean(self.per_prompt(logits))
@@ -155,18 +154,12 @@ def squared_error(model, clean, *, start: int = 1) -> Callable:
     return _SquaredError(np.asarray(model(jnp.asarray(clean))[:, start:], np.float32), int(start))
 
 
-@dataclasses.dataclass(frozen=True)
-class _SquaredError:
+@dataclasses.dataclass(frozen=True, eq=False)
+class _SquaredError(_ByValue):
     """mean((logits - clean)²) from `start` on: keyed by its values."""
     clean: np.ndarray
     start: int
     lower_is_better: typing.ClassVar[bool] = True
-
-    def __hash__(self):
-        return hash(fingerprint(self))
-
-    def __eq__(self, other):
-        return isinstance(other, _SquaredError) and fingerprint(self) == fingerprint(other)
 
     def __call__(self, logits):
         return jnp.mean(self.per_prompt(logits))
