@@ -41,9 +41,6 @@ def test_importing_every_library_module_loads_no_matplotlib_torch_or_lab_code():
     assert out.stdout.strip() == "[]"
 
 
-@pytest.mark.xfail(reason="until decoding/, model.py, fingerprint.py, speed/backend.py, speed/swap.py, "
-                          "speed/options.py, analysis/viewer.py, train/checkpoints.py are wrapped, and "
-                          "train/engine.py and pretrained.py, wrapped, fit in 350 lines", strict=False)
 @pytest.mark.skipif(importlib.util.find_spec("ruff") is None,
                     reason="ruff is not installed (pip install -e '.[check]')")
 def test_every_library_line_is_at_most_100_characters():

@@ -7,8 +7,8 @@ Every form has one signature, takes q, k, v [..., H, T, D] and returns the heads
     reference      the functional core as written (what the model as built computes)
     causal_halves  the same without the all-masked quarter of the scores (fastest on a CPU)
     chunked        keys and queries in chunks with an online softmax: O(T) memory, no T×T matrix
-    fused          jax.nn.dot_product_attention: cuDNN's flash kernel on an NVIDIA GPU in half
-                   precision, XLA's fused attention elsewhere
+    fused          jax.nn.dot_product_attention: cuDNN's flash kernel on an NVIDIA GPU of
+                   capability 8.0 or more in half precision (not a T4), XLA's fused elsewhere
 
 They agree to float rounding (tests compare forward and gradients). `choose` says which form
 "auto" is on a backend, `kernel_choice` which kernel `fused` runs there and why.
