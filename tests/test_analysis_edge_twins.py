@@ -32,7 +32,7 @@ def test_recording_computes_the_model_bit_for_bit_and_keeps_its_own_streams(name
     graph = edges.graph_of(model)
     copy = nnx.merge(*nnx.split(model))
     rule = edge_twins.Record()
-    parts = twins(copy, edge_twins.TWINS, places=dict(graph.places), rule=rule)
+    parts = twins(copy, edge_twins.TWINS, places=dict(graph.places), rule=rule, within=copy)
     assert parts, "the graph names no place of the model"
     swap(copy, parts)
     np.testing.assert_array_equal(copy(CLEAN), model(CLEAN))

@@ -220,7 +220,7 @@ def test_the_default_batch_of_patches_fits_its_memory_bound():
     assert 1 <= size < 4 * 64                                  # fewer than every patch of resid_pre by position
     graphdef, state = nnx.split(model)
     names = tuple(f"blocks.{i}.resid_pre" for i in range(4))
-    sources = patching._recorded(graphdef, state, jnp.asarray(tokens), names=names)
+    sources = patching.hook_values(graphdef, state, jnp.asarray(tokens), names=names)
     lowered = patching._sweep.lower(graphdef, state, jnp.asarray(tokens), sources, np.zeros((size, 2), np.int32),
                                     names=names, axes=HOOKS["resid_pre"][1], by="position", metric=Keyed(reads_a_global))
     assert lowered.compile().memory_analysis().temp_size_in_bytes <= 1.5 * patching.MEMORY

@@ -24,6 +24,7 @@ from flax import nnx
 
 from attention_jax.layers import Hook, LayerNorm
 from attention_jax.model import Head, MultiHeadAttention
+from attention_jax.swap import select
 
 
 class Record:
@@ -42,7 +43,7 @@ class Record:
     def receive(self, receivers, sources, x, split):
         return x
 
-    def heads(self, mixer, receivers, x):
+    def heads(self, mixer, receivers, x, norm):
         return mixer.project(x)
 
 
@@ -61,7 +62,7 @@ class Masked(Record):
         xs = x[None] + jnp.einsum("sr,sBTD->rBTD", share, _take(self.others, sources) - here)
         return xs if split else xs[0]
 
-    def heads(self, mixer, receivers, x):  # x [3H, B, T, D]: each receiver's own input
+    def heads(self, mixer, receivers, x, norm):  # x [3H, B, T, D]: each receiver's own input
         w, b = mixer.head_weights(), mixer.head_biases()
         x = x.reshape(3, -1, *x.shape[1:])
         return tuple(jnp.einsum("HBTD,HDd->BHTd", x[j], w[c]) + b[c][None, :, None]
@@ -104,7 +105,7 @@ class OneEdge(Record):
 
     def __init__(self, edge, delta):
         super().__init__()
-        self.edge, self.delta = edge, delta
+        self.edge, self.delta, self.moved = edge, delta, {}
 
     def send(self, senders, values):
         pass
@@ -114,16 +115,21 @@ class OneEdge(Record):
 
     def receive(self, receivers, sources, x, split):
         moved = x + jnp.where(self._hit(receivers), 1.0, 0.0) * self.delta
-        return jnp.stack([x, moved]) if split else moved
+        if not split:
+            return moved
+        # The heads read the stream as it is (the same for every edge into this block, so under
+        # vmap computed once); the one receiver's input, moved, waits for `heads`.
+        self.moved[receivers[0]] = moved
+        return x
 
-    def heads(self, mixer, receivers, x):  # x [2, B, T, D]: the stream, and the edge's
-        q, k, v = mixer.project(x[0])      # [B, H, T, d]: every head from the stream
+    def heads(self, mixer, receivers, x, norm):   # x: the stream, through the block's own norm
+        q, k, v = mixer.project(x)                 # [B, H, T, d]: every head from the stream
         w, b = mixer.head_weights(), mixer.head_biases()
         H = q.shape[-3]
         j = jnp.clip(self.edge[1] - receivers[0], 0, 3 * H - 1)
         weight = jnp.stack([w[c] for c in "qkv"]).reshape(3 * H, *w["q"].shape[1:])[j]     # [D, d]
         bias = jnp.stack([b[c] for c in "qkv"]).reshape(3 * H, -1)[j]
-        own = jnp.einsum("BTD,Dd->BTd", x[1], weight) + bias  # the one receiver's projection, apart
+        own = jnp.einsum("BTD,Dd->BTd", norm(self.moved.pop(receivers[0])), weight) + bias
         hit = self._hit(receivers) & (jnp.arange(H) == j % H)[:, None, None]
         return tuple(jnp.where(hit & (j // H == c), own[:, None], a)
                      for c, a in enumerate((q, k, v)))
@@ -149,12 +155,15 @@ class EdgeHeads(nnx.Module):
     """An attention mixer whose heads read what the rule gives them and whose heads' outputs are
     senders; it projects, attends (hooks and all) and outputs through the mixer's own methods."""
 
-    def __init__(self, mixer, rule, place):
+    def __init__(self, mixer, rule, place, norm=None):
         self.reference, self.rule, self.place = mixer, rule, place
+        # The norm its receivers' inputs pass on the way in (pre-norm's ln1), as a function: the
+        # block's own module, which the block calls as ever; the twin calls it on one input apart.
+        self.norm = (lambda v: v) if norm is None else (lambda v: norm(v))
 
     def __call__(self, x):
         mixer, rule = self.reference, self.rule
-        z = mixer._attend(*rule.heads(mixer, self.place.reads, x))          # [B, H, T, d]
+        z = mixer._attend(*rule.heads(mixer, self.place.reads, x, self.norm))   # [B, H, T, d]
         if rule.keeps:
             o = mixer.head_weights()["o"]
             each = z.swapaxes(0, 1) if o is None else jnp.einsum("BHTd,HdD->HBTD", z, o)
@@ -177,9 +186,13 @@ class EdgeNorm(nnx.Module):
 
 
 def _twin(kind):
-    def make(part, path, *, places, rule):
+    def make(part, path, *, places, rule, within):
         place = places.get(path)
-        return None if place is None else kind(part, rule, place)
+        if place is None:
+            return None
+        if kind is EdgeHeads:
+            return kind(part, rule, place, select(within, place.norm) if place.norm else None)
+        return kind(part, rule, place)
     return make
 
 

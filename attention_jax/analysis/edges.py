@@ -48,6 +48,7 @@ class Place(NamedTuple):
     writes: tuple[int, ...] = ()
     stream: int | None = None
     split: bool = False
+    norm: str | None = None     # a head mixer's: the norm its inputs pass on the way in (ln1)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -135,7 +136,8 @@ def graph_of(model) -> Graph:
         if i:
             g.places[f"blocks.{i}.hook_resid_pre"] = Place(stream=i)
         if block.mixer is not None:
-            g.sublayer(f"blocks.{i}", "mixer", i, cfg.heads_used)
+            pre = f"blocks.{i}.ln1" if block.ln1 is not None and not cfg.post_norm else None
+            g.sublayer(f"blocks.{i}", "mixer", i, cfg.heads_used, norm=pre)
         if block.ffn is not None:
             g.sublayer(f"blocks.{i}", "ffn", i, 0)
     g.places["hook_final"] = Place(reads=(g.read("logits", g.stream()),), sources=g.stream(),
@@ -164,9 +166,9 @@ class _Builder:
     def stream(self) -> tuple[int, ...]:
         return (self.latest,) if self.post else tuple(range(len(self.senders)))
 
-    def sublayer(self, at: str, part: str, i: int, heads: int) -> None:
-        """A mixer (its heads, or itself) or a feed-forward network, and in post-norm
-        its LayerNorm."""
+    def sublayer(self, at: str, part: str, i: int, heads: int, norm: str | None = None) -> None:
+        """A mixer (its heads, or itself) or a feed-forward network, and in post-norm its LayerNorm;
+        `norm`: the path of the norm a head mixer's inputs pass on the way in (pre-norm's)."""
         sources = self.stream()
         names = head_inputs(i, heads) if heads else [f"{i}.{part}"]
         reads = tuple(self.read(n, sources) for n in names)
@@ -175,8 +177,8 @@ class _Builder:
         self.places[hook_in] = Place(reads=reads, sources=sources, split=bool(heads))
         writes = tuple(self.write(n)
                        for n in ([f"{i}.h{h}" for h in range(heads)] or [f"{i}.{part}"]))
-        self.places[f"{at}.mixer" if heads else hook_out] = Place(reads=reads if heads else (),
-                                                                  writes=writes)
+        self.places[f"{at}.mixer" if heads else hook_out] = Place(
+            reads=reads if heads else (), writes=writes, norm=norm if heads else None)
         if self.post:
             norm = f"{i}.ln{1 if part == 'mixer' else 2}"
             into = (self.latest, *writes)
@@ -210,7 +212,7 @@ def _twinned(model, graph: Graph, rule):
     if graph != graph_of(model):
         raise ConfigError("the graph is not this model's: make it with edges.graph_of(model)")
     copy = nnx.merge(*nnx.split(model))
-    swap(copy, twins(copy, edge_twins.TWINS, places=dict(graph.places), rule=rule))
+    swap(copy, twins(copy, edge_twins.TWINS, places=dict(graph.places), rule=rule, within=copy))
     return copy
 
 
