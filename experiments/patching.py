@@ -28,6 +28,7 @@ from __future__ import annotations
 import copy
 import tempfile
 import time
+from unittest import mock
 
 import numpy as np
 
@@ -115,7 +116,11 @@ def _contestants(ours, hf, clean, corrupted, metric, hook, by, tl_name):
             lambda: np.asarray(edge_patch_batched(split, x, y, single, tl_metric, copies=COPIES))
     import transformer_lens.patching as tl_patching
     _, clean_cache = theirs.run_with_cache(x)
-    return ours_run, lambda: getattr(tl_patching, tl_name)(theirs, y, clean_cache, tl_metric).numpy(), None
+
+    def tl_run():  # its sweeps draw a progress bar a call and take no flag to hush it: the log would be bars
+        with mock.patch.object(tl_patching, "tqdm", lambda items, **_: items):
+            return getattr(tl_patching, tl_name)(theirs, y, clean_cache, tl_metric).numpy()
+    return ours_run, tl_run, None
 
 
 def speed(name: str, ours, hf, params: int, rounds: int) -> list[dict]:
