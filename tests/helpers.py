@@ -93,6 +93,19 @@ def assert_same_state(got, want):
         np.testing.assert_array_equal(a, b, err_msg=path)
 
 
+def killed_after(real, n: int):
+    """`real`, booby-trapped: its n-th call finishes, then a Ctrl-C lands (the step's output lost)."""
+    calls = []
+
+    def killed(*args):
+        calls.append(1)
+        out = real(*args)
+        if len(calls) == n:
+            raise KeyboardInterrupt
+        return out
+    return killed
+
+
 def one_line(err: Exception) -> str:
     message = str(err)
     assert "\n" not in message, message  # the CLI prints it alone

@@ -18,7 +18,7 @@ from attention_jax.errors import ConfigError, TrainingDiverged
 from attention_jax.train import Engine, unstack_seed
 from attention_jax.train import loop
 
-from helpers import MC, TC, assert_same_state, leaves, new_engine, one_line, run, saved_steps
+from helpers import MC, TC, assert_same_state, killed_after, leaves, new_engine, one_line, run, saved_steps
 
 
 pytestmark = pytest.mark.usefixtures("private_cache")   # no test here may touch the user's cache
@@ -197,17 +197,8 @@ def test_several_steps_per_call_resume_bit_for_bit(tmp_path, monkeypatch, engine
     4 and ends exactly where an unbroken four-per-call run ends; a run stopped off the grid
     (step 5, one step per call) realigns with single steps and then calls four at a time."""
     reference = run(MC, TC12, engine=engine12, workdir=tmp_path / "unbroken", steps_per_call=4)
-    real, calls = engine12.steps, []
-
-    def killed_in_second_call(state, b):
-        calls.append(1)
-        out = real(state, b)
-        if len(calls) == 2:
-            raise KeyboardInterrupt
-        return out
-
     with monkeypatch.context() as m, pytest.raises(KeyboardInterrupt):
-        m.setattr(engine12, "steps", killed_in_second_call)
+        m.setattr(engine12, "steps", killed_after(engine12.steps, 2))
         run(MC, TC12, engine=engine12, workdir=tmp_path / "broken", steps_per_call=4)
     resumed = run(MC, TC12, engine=engine12, workdir=tmp_path / "broken", steps_per_call=4)
     assert resumed.resumed_from == 4

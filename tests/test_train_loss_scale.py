@@ -15,7 +15,7 @@ from flax import nnx
 
 from attention_jax.train import loss_scale
 
-from helpers import MC, TC, assert_same_state, batch, leaves, new_engine, run
+from helpers import MC, TC, assert_same_state, batch, killed_after, leaves, new_engine, run
 
 pytestmark = pytest.mark.usefixtures("private_cache")
 F16 = dataclasses.replace(MC, dtype="float16")
@@ -108,17 +108,8 @@ def test_a_killed_float16_run_resumes_bit_for_bit_with_its_scale(tmp_path, monke
     assert [r["step"] for r in reference.train_log] == list(range(1, TC.steps + 1))
     counts = [int(a) for p, a in leaves(reference.state) if p.endswith("['rngs']['count'].value")]
     assert len(counts) == (3 if dropout else 0) and all(c >= TC.steps for c in counts)  # streams moved
-    real_step, calls = eng.step, []
-
-    def killed_at_5(state, b):
-        calls.append(1)
-        out = real_step(state, b)
-        if len(calls) == 5:
-            raise KeyboardInterrupt
-        return out
-
     with monkeypatch.context() as m, pytest.raises(KeyboardInterrupt):
-        m.setattr(eng, "step", killed_at_5)
+        m.setattr(eng, "step", killed_after(eng.step, 5))
         run(mc, TC, engine=eng, workdir=tmp_path / "broken")
     resumed = run(mc, TC, engine=eng, workdir=tmp_path / "broken")
     assert resumed.resumed_from == 3
